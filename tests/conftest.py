@@ -1,0 +1,36 @@
+"""Test set-up: Blender writes its user files into a temp folder, never ~/.config."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+_RES = tempfile.mkdtemp(prefix="painted-skin-blender-")
+os.environ.setdefault("BLENDER_USER_RESOURCES", _RES)
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("PAINTED_SKIN_SHARED", REPO.parent / "shared")) / "data"
+
+
+@pytest.fixture
+def bpy_clean():
+    """The real Blender module, reset to an empty factory scene."""
+    import bpy
+
+    bpy.ops.wm.read_factory_settings(use_empty=True)
+    yield bpy
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    """../shared/data when present; the test is skipped otherwise."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip("../shared/data is absent")
+    return SHARED_DATA
+
+
+sys.dont_write_bytecode = True
