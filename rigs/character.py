@@ -23,6 +23,7 @@ from pathlib import Path
 
 import bpy
 import numpy as np
+from mathutils import Vector
 
 from ..addon.core.transforms import matrix_to_quat, normalize, quat_continuity
 from . import spring
@@ -753,30 +754,17 @@ def _write_quaternion_keys(cb, bone: str, frames: list[int], quat: np.ndarray) -
 # --------------------------------------------------------------------------- demo file
 
 
-def save_demo_blend(path: str | os.PathLike, seed: int = 0) -> Path:
-    """Build the demo into a new scene (camera, sun, world) and save it atomically.
-
-    The new scene becomes the window's active scene and is what the file opens
-    on; the session's other data is saved along with it (``save_as_mainfile``
-    with ``copy=True``, so the session's own file path is unchanged).
-    """
-    path = Path(path).resolve()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    scene = bpy.data.scenes.new("PaintedSkinDemo")
-    window = bpy.context.window
-    if window is not None:
-        window.scene = scene
-    scene.render.fps = 24
-    scene.frame_start, scene.frame_end = 1, 48
+def setup_demo_scene(arm: bpy.types.Object, scene: bpy.types.Scene | None = None) -> None:
+    """Camera (front, 3.5 m), sun, world colour and 512² render settings for the demo."""
+    scene = scene or bpy.context.scene
     scene.render.resolution_x = scene.render.resolution_y = 512
-    with bpy.context.temp_override(scene=scene, view_layer=scene.view_layers[0]):
-        arm = build_demo_character(seed=seed)
     height = max((v[2] for c in arm.children for v in c.bound_box), default=1.75)
-
     cam_data = bpy.data.cameras.new("DemoCamera")
     cam = bpy.data.objects.new("DemoCamera", cam_data)
-    cam.location = (0.0, -3.5, 0.52 * height)
-    cam.rotation_euler = (math.radians(90.0), 0.0, 0.0)
+    # Three-quarter view of the path a walk in -Y takes over a few seconds.
+    cam.location = (4.6, -6.4, 0.75 * height)
+    aim = Vector((0.0, -2.2, 0.5 * height)) - Vector(cam.location)
+    cam.rotation_euler = aim.to_track_quat("-Z", "Y").to_euler()
     scene.collection.objects.link(cam)
     scene.camera = cam
     sun_data = bpy.data.lights.new("DemoSun", "SUN")
@@ -791,17 +779,32 @@ def save_demo_blend(path: str | os.PathLike, seed: int = 0) -> Path:
         bg.inputs["Color"].default_value = (0.05, 0.055, 0.065, 1.0)
     scene.world = world
 
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.blend")
-    try:
-        bpy.ops.wm.save_as_mainfile(filepath=str(tmp), copy=True, check_existing=False)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+
+def save_demo_blend(path: str | os.PathLike, seed: int = 0) -> Path:
+    """Build the demo into a new scene (camera, sun, world) and save it atomically.
+
+    The new scene becomes the window's active scene and is what the file opens
+    on; the session's other data is saved along with it (``save_as_mainfile``
+    with ``copy=True``, so the session's own file path is unchanged).
+    """
+    from ..cli import save_blend_atomic
+
+    path = Path(path).resolve()
+    scene = bpy.data.scenes.new("PaintedSkinDemo")
+    window = bpy.context.window
+    if window is not None:
+        window.scene = scene
+    scene.render.fps = 24
+    scene.frame_start, scene.frame_end = 1, 48
+    with bpy.context.temp_override(scene=scene, view_layer=scene.view_layers[0]):
+        arm = build_demo_character(seed=seed)
+    setup_demo_scene(arm, scene)
+    save_blend_atomic(path)
     return path
 
 
 __all__ = [
     "BODY_REGIONS", "CAPE_BONES", "CAPE_PARENT", "DEMO_BONE_MAP", "MATERIALS",
     "bake_spring_bones", "build_demo_character", "is_closed", "save_demo_blend",
+    "setup_demo_scene",
 ]

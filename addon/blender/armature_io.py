@@ -1,0 +1,204 @@
+"""Blender armatures <-> the array types of ``core.skeleton``, in bulk.
+
+Reading uses ``foreach_get`` and F-Curve keys directly (no ``frame_set`` per
+frame); writing builds one Action with the Blender 5.0 slot/channelbag API and
+fills each F-Curve with ``keyframe_points.add`` + ``foreach_set``.
+"""
+
+from __future__ import annotations
+
+import re
+
+import bpy
+import numpy as np
+from bpy_extras import anim_utils
+
+from ..core.skeleton import Motion, Skeleton, compose, forward_kinematics
+from ..core.transforms import (
+    euler_to_matrix,
+    matrix_to_euler,
+    matrix_to_quat,
+    quat_continuity,
+    quat_to_matrix,
+    unwrap_euler,
+)
+
+_PATH = re.compile(r'^pose\.bones\["((?:[^"\\]|\\.)*)"\]\.(\w+)$')
+_LINEAR = 1  # Keyframe.interpolation enum value of 'LINEAR'
+
+
+def read_skeleton(obj: bpy.types.Object) -> Skeleton:
+    """Rest skeleton of an armature object, bones sorted parent-first."""
+    bones = obj.data.bones
+    n = len(bones)
+    raw = np.empty(n * 16, dtype=np.float32)
+    bones.foreach_get("matrix_local", raw)
+    rest = raw.reshape(n, 4, 4).transpose(0, 2, 1).astype(np.float64)  # column-major
+    tails = np.empty(n * 3, dtype=np.float32)
+    bones.foreach_get("tail_local", tails)
+    names = [b.name for b in bones]
+    parent_name = [b.parent.name if b.parent else None for b in bones]
+    order = _parent_first(names, parent_name)
+    index = {names[i]: k for k, i in enumerate(order)}
+    parents = [index[parent_name[i]] if parent_name[i] else -1 for i in order]
+    return Skeleton(
+        names=[names[i] for i in order],
+        parents=np.array(parents),
+        rest=rest[order],
+        tails=tails.reshape(n, 3).astype(np.float64)[order],
+        world=np.array(obj.matrix_world, dtype=np.float64),
+    )
+
+
+def _parent_first(names: list[str], parents: list[str | None]) -> list[int]:
+    depth = {}
+    lookup = dict(zip(names, parents, strict=True))
+    for name in names:
+        d, p = 0, lookup[name]
+        while p is not None:
+            d, p = d + 1, lookup[p]
+        depth[name] = d
+    return sorted(range(len(names)), key=lambda i: (depth[names[i]], i))
+
+
+def action_channelbag(obj: bpy.types.Object):
+    """The channelbag of the object's assigned action slot, or None."""
+    ad = obj.animation_data
+    if ad is None or ad.action is None or ad.action_slot is None:
+        return None
+    return anim_utils.action_get_channelbag_for_slot(ad.action, ad.action_slot)
+
+
+def action_frame_range(obj: bpy.types.Object) -> tuple[int, int]:
+    """First and last keyed frame (rounded) of the object's action."""
+    cb = action_channelbag(obj)
+    if cb is None or not len(cb.fcurves):
+        raise ValueError(f"armature {obj.name!r} has no animation to retarget")
+    lo, hi = np.inf, -np.inf
+    for fc in cb.fcurves:
+        a, b = fc.range()
+        lo, hi = min(lo, a), max(hi, b)
+    return int(np.floor(lo + 1e-6)), int(np.ceil(hi - 1e-6))
+
+
+def _sample(fc, frames: np.ndarray) -> np.ndarray:
+    """Values of an F-Curve on integer ``frames``; keys are used directly when
+    they sit on exactly those frames (the common baked-mocap case)."""
+    n = len(fc.keyframe_points)
+    co = np.empty(n * 2, dtype=np.float64)
+    fc.keyframe_points.foreach_get("co", co)
+    co = co.reshape(n, 2)
+    if n == len(frames) and np.allclose(co[:, 0], frames, atol=1e-4) and not len(fc.modifiers):
+        return co[:, 1].copy()
+    return np.array([fc.evaluate(float(f)) for f in frames])
+
+
+def read_motion(obj: bpy.types.Object, skel: Skeleton,
+                frame_range: tuple[int, int] | None = None) -> Motion:
+    """Per-frame pose matrices of the armature's action (no frame_set needed)."""
+    start, end = frame_range or action_frame_range(obj)
+    frames = np.arange(start, end + 1, dtype=np.float64)
+    nf = len(frames)
+    cb = action_channelbag(obj)
+    channels: dict[tuple[str, str], dict[int, np.ndarray]] = {}
+    for fc in cb.fcurves if cb is not None else ():
+        m = _PATH.match(fc.data_path)
+        if m:
+            name = m.group(1).replace('\\"', '"').replace("\\\\", "\\")
+            channels.setdefault((name, m.group(2)), {})[fc.array_index] = _sample(fc, frames)
+
+    basis = np.broadcast_to(np.eye(4), (nf, len(skel), 4, 4)).copy()
+    for i, name in enumerate(skel.names):
+        pb = obj.pose.bones[name]
+        loc = _channel(channels, name, "location", pb.location, nf)
+        scale = _channel(channels, name, "scale", pb.scale, nf)
+        mode = pb.rotation_mode
+        if mode == "QUATERNION":
+            rot = quat_to_matrix(_channel(channels, name, "rotation_quaternion",
+                                          pb.rotation_quaternion, nf))
+        elif mode == "AXIS_ANGLE":
+            aa = _channel(channels, name, "rotation_axis_angle", pb.rotation_axis_angle, nf)
+            half = aa[:, :1] / 2
+            q = np.concatenate([np.cos(half), aa[:, 1:] / np.maximum(
+                np.linalg.norm(aa[:, 1:], axis=1, keepdims=True), 1e-12) * np.sin(half)], 1)
+            rot = quat_to_matrix(q)
+        else:
+            rot = euler_to_matrix(_channel(channels, name, "rotation_euler",
+                                           pb.rotation_euler, nf), mode)
+        basis[:, i] = compose(rot * scale[:, None, :], loc)
+    return Motion(pose=forward_kinematics(skel, basis), fps=_scene_fps(), frame_start=start)
+
+
+def _channel(channels, name: str, prop: str, default, nf: int) -> np.ndarray:
+    default = np.array(default, dtype=np.float64)
+    out = np.broadcast_to(default, (nf, len(default))).copy()
+    for idx, values in channels.get((name, prop), {}).items():
+        if idx < len(default):
+            out[:, idx] = values
+    return out
+
+
+def _scene_fps() -> float:
+    r = bpy.context.scene.render
+    return r.fps / r.fps_base
+
+
+def write_action(obj: bpy.types.Object, skel: Skeleton, basis: np.ndarray, keyed: np.ndarray,
+                 frame_start: int, name: str) -> bpy.types.Action:
+    """Bake ``basis`` (F, n, 4, 4) of the ``keyed`` bones into a new Action.
+
+    Rotations are written in each pose bone's own rotation mode; location only
+    where a bone actually translates and is not connected to its parent.
+    The action is assigned to ``obj``; on any error it is removed again.
+    """
+    frames = basis.shape[0]
+    xs = np.arange(frame_start, frame_start + frames, dtype=np.float64)
+    action = bpy.data.actions.new(name)
+    try:
+        action.use_fake_user = False
+        slot = action.slots.new(id_type="OBJECT", name=obj.name)
+        cb = anim_utils.action_ensure_channelbag_for_slot(action, slot)
+        for i in np.flatnonzero(keyed):
+            bname = skel.names[i]
+            pb = obj.pose.bones[bname]
+            path = f'pose.bones["{_escape(bname)}"]'
+            rot = basis[:, i, :3, :3]
+            mode = pb.rotation_mode
+            if mode == "QUATERNION":
+                values, prop = quat_continuity(matrix_to_quat(rot)), "rotation_quaternion"
+            elif mode == "AXIS_ANGLE":
+                q = quat_continuity(matrix_to_quat(rot))
+                angle = 2 * np.arccos(np.clip(q[:, 0], -1, 1))
+                axis = q[:, 1:] / np.maximum(np.linalg.norm(q[:, 1:], axis=1, keepdims=True), 1e-12)
+                axis[np.linalg.norm(q[:, 1:], axis=1) < 1e-12] = (0.0, 1.0, 0.0)
+                values, prop = np.concatenate([angle[:, None], axis], 1), "rotation_axis_angle"
+            else:
+                values, prop = unwrap_euler(matrix_to_euler(rot, mode)), "rotation_euler"
+            _add_curves(cb, f"{path}.{prop}", values, xs, bname)
+            loc = basis[:, i, :3, 3]
+            if not pb.bone.use_connect and np.abs(loc).max() > 1e-6:
+                _add_curves(cb, f"{path}.location", loc, xs, bname)
+        ad = obj.animation_data or obj.animation_data_create()
+        ad.action = action
+        ad.action_slot = slot
+    except Exception:
+        bpy.data.actions.remove(action)
+        raise
+    return action
+
+
+def _escape(name: str) -> str:
+    return name.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _add_curves(cb, data_path: str, values: np.ndarray, xs: np.ndarray, group: str) -> None:
+    co = np.empty((len(xs), 2), dtype=np.float32)
+    co[:, 0] = xs
+    interp = np.full(len(xs), _LINEAR, dtype=np.int32)
+    for k in range(values.shape[1]):
+        fc = cb.fcurves.new(data_path, index=k, group_name=group)
+        fc.keyframe_points.add(len(xs))
+        co[:, 1] = values[:, k]
+        fc.keyframe_points.foreach_set("co", co.ravel())
+        fc.keyframe_points.foreach_set("interpolation", interp)
+        fc.update()

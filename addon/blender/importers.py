@@ -1,0 +1,158 @@
+"""Import clips and characters with Blender's own importers, leaving no trace
+on failure.
+
+Every import runs inside :class:`SceneSnapshot`: whatever datablocks the
+importer created are known, so a failed import (or a clip that was only read
+for its motion) is removed completely — the user's scene stays as it was.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import bpy
+
+from ..core.bvh import BvhError, validate_bvh
+
+CLIP_TYPES = {".bvh", ".fbx", ".glb", ".gltf"}
+CHARACTER_TYPES = {".blend", ".fbx", ".glb", ".gltf"}
+# Datablock collections an importer may add to.
+_COLLECTIONS = ("objects", "armatures", "meshes", "materials", "actions", "images",
+                "textures", "lights", "cameras", "collections", "node_groups", "shape_keys",
+                "curves")
+
+
+class ImportFailed(ValueError):
+    """A file could not be imported; the message says why and what to do."""
+
+
+class SceneSnapshot:
+    """Remembers the datablocks that exist now, to find or drop new ones."""
+
+    def __init__(self) -> None:
+        self.before = {c: set(getattr(bpy.data, c)) for c in _COLLECTIONS}
+
+    def new(self, collection: str) -> list:
+        return [d for d in getattr(bpy.data, collection) if d not in self.before[collection]]
+
+    def remove_new(self, keep: tuple = ()) -> None:
+        """Delete every datablock created since the snapshot, except ``keep``."""
+        keep_ids = {id(k) for k in keep}
+        for c in ("objects",) + tuple(x for x in _COLLECTIONS if x != "objects"):
+            for d in self.new(c):
+                if id(d) in keep_ids:
+                    continue
+                with contextlib.suppress(ReferenceError, RuntimeError):
+                    getattr(bpy.data, c).remove(d)
+
+
+@contextlib.contextmanager
+def _fbx_light_workaround() -> Iterator[None]:
+    """Blender 5.0.1's FBX importer sets ``lamp.cycles.cast_shadow``, which no
+    longer exists, and aborts on any file with a light. Hide ``cycles`` from
+    its ``hasattr`` check for the duration of the import (``use_shadow`` is
+    still read)."""
+    try:
+        from io_scene_fbx import import_fbx
+    except ImportError:  # pragma: no cover - add-on missing
+        yield
+        return
+
+    def _hasattr(obj: object, name: str) -> bool:
+        return False if name == "cycles" else builtins.hasattr(obj, name)
+
+    import_fbx.hasattr = _hasattr
+    try:
+        yield
+    finally:
+        del import_fbx.hasattr
+
+
+def _check_file(path: Path, allowed: set[str], what: str) -> Path:
+    path = Path(path)
+    if not path.exists():
+        raise ImportFailed(f"{what} {str(path)!r} does not exist: check the path")
+    if path.is_dir():
+        raise ImportFailed(f"{what} {str(path)!r} is a folder: give a file")
+    if path.suffix.lower() not in allowed:
+        raise ImportFailed(
+            f"{what} {path.name!r} has an unsupported type {path.suffix or '(none)'}: "
+            f"use one of {', '.join(sorted(allowed))}")
+    return path
+
+
+def _run_importer(path: Path) -> None:
+    ext = path.suffix.lower()
+    fp = str(path)
+    if ext == ".bvh":
+        try:
+            validate_bvh(path)
+        except BvhError as e:
+            raise ImportFailed(str(e)) from None
+        bpy.ops.import_anim.bvh(filepath=fp, global_scale=0.01, rotate_mode="NATIVE",
+                                axis_forward="-Z", axis_up="Y", update_scene_fps=False,
+                                update_scene_duration=False)
+    elif ext == ".fbx":
+        with _fbx_light_workaround():
+            bpy.ops.import_scene.fbx(filepath=fp, use_anim=True, ignore_leaf_bones=False,
+                                     automatic_bone_orientation=False)
+    elif ext in (".glb", ".gltf"):
+        bpy.ops.import_scene.gltf(filepath=fp)
+    elif ext == ".blend":
+        _append_blend(path)
+
+
+def _append_blend(path: Path) -> None:
+    with bpy.data.libraries.load(str(path), link=False) as (src, dst):
+        dst.objects = list(src.objects)
+    scene_coll = bpy.context.scene.collection
+    for ob in dst.objects:
+        if ob is not None and ob.name not in scene_coll.objects:
+            scene_coll.objects.link(ob)
+
+
+def _pick_armature(objects: list, what: str, path: Path) -> bpy.types.Object:
+    arms = [o for o in objects if o.type == "ARMATURE"]
+    if not arms:
+        raise ImportFailed(f"{what} {path.name!r} contains no armature: a skeleton is needed")
+    return max(arms, key=lambda o: len(o.data.bones))
+
+
+def import_character(path: str | Path) -> bpy.types.Object:
+    """Import a rigged character; returns its armature (meshes stay parented)."""
+    path = _check_file(Path(path), CHARACTER_TYPES, "character")
+    snap = SceneSnapshot()
+    try:
+        _run_importer(path)
+        return _pick_armature(snap.new("objects"), "character", path)
+    except ImportFailed:
+        snap.remove_new()
+        raise
+    except Exception as e:  # importer crashed: clean up, then explain
+        snap.remove_new()
+        raise ImportFailed(f"could not import character {path.name!r}: {e}") from e
+
+
+@contextlib.contextmanager
+def imported_clip(path: str | Path) -> Iterator[bpy.types.Object]:
+    """Import a motion clip, yield its animated armature, then remove every
+    datablock the import created (the motion is read while inside)."""
+    path = _check_file(Path(path), CLIP_TYPES, "clip")
+    snap = SceneSnapshot()
+    try:
+        try:
+            _run_importer(path)
+        except ImportFailed:
+            raise
+        except Exception as e:
+            raise ImportFailed(f"could not import clip {path.name!r}: {e}") from e
+        arms = [o for o in snap.new("objects") if o.type == "ARMATURE"
+                and o.animation_data is not None and o.animation_data.action is not None]
+        if not arms:
+            raise ImportFailed(f"clip {path.name!r} has no animated armature: nothing to retarget")
+        yield max(arms, key=lambda o: len(o.data.bones))
+    finally:
+        snap.remove_new()

@@ -1,0 +1,159 @@
+"""Operators of the Retarget panel: thin wrappers over ``retarget_api``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import bpy
+from bpy_extras.io_utils import ExportHelper, ImportHelper
+
+from ..core.bonemap import BoneMap, auto_map
+from ..core.retarget import RetargetOptions
+from .armature_io import read_skeleton
+from .retarget_api import RetargetError, retarget_clip
+
+
+def _settings(context):
+    return context.scene.painted_skin_retarget
+
+
+def _map_from_rows(s) -> BoneMap:
+    bones = {r.canonical: r.bone for r in s.target_map if r.bone}
+    return BoneMap.from_dict({"bones": bones})
+
+
+def _fill_rows(s, bmap: BoneMap) -> None:
+    s.target_map.clear()
+    for canonical, bone in bmap.bones.items():
+        row = s.target_map.add()
+        row.canonical, row.bone = canonical, bone
+        row.confidence = bmap.confidence.get(canonical, 1.0)
+        row.origin = bmap.source.get(canonical, "")
+
+
+class PS_OT_detect_map(bpy.types.Operator):
+    """Detect the character's bone map (or load the chosen preset) for editing"""
+
+    bl_idname = "painted_skin.detect_map"
+    bl_label = "Detect Bone Map"
+    bl_options = {"REGISTER", "UNDO"}
+
+    @classmethod
+    def poll(cls, context):
+        return _settings(context).target_object is not None
+
+    def execute(self, context):
+        s = _settings(context)
+        skel = read_skeleton(s.target_object)
+        try:
+            if s.target_preset == "AUTO":
+                bmap = auto_map(skel)
+            else:
+                from ..core.bonemap import resolve_map
+
+                bmap = resolve_map(s.target_preset, skel)
+        except ValueError as e:
+            self.report({"ERROR"}, str(e))
+            return {"CANCELLED"}
+        _fill_rows(s, bmap)
+        s.use_edited_map = True
+        missing = getattr(bmap, "missing_core", [])
+        if missing:
+            self.report({"WARNING"}, f"not mapped: {', '.join(missing)}")
+        else:
+            self.report({"INFO"}, f"{len(bmap.bones)} joints mapped")
+        return {"FINISHED"}
+
+
+class PS_OT_retarget(bpy.types.Operator):
+    """Retarget the clip onto the character and bake an Action (one undo step)"""
+
+    bl_idname = "painted_skin.retarget"
+    bl_label = "Retarget"
+    bl_options = {"REGISTER", "UNDO"}
+
+    @classmethod
+    def poll(cls, context):
+        return _settings(context).target_object is not None
+
+    def execute(self, context):
+        s = _settings(context)
+        if s.source_kind == "FILE":
+            if not s.source_path:
+                self.report({"ERROR"}, "no clip chosen: pick a BVH, FBX or glTF file")
+                return {"CANCELLED"}
+            source = bpy.path.abspath(s.source_path)
+        else:
+            source = s.source_object
+            if source is None:
+                self.report({"ERROR"}, "no source armature chosen")
+                return {"CANCELLED"}
+        target_map = _map_from_rows(s) if s.use_edited_map and len(s.target_map) else (
+            "auto" if s.target_preset == "AUTO" else s.target_preset)
+        source_map = "auto" if s.source_preset == "AUTO" else s.source_preset
+        opts = RetargetOptions(in_place=s.in_place, foot_lock=s.foot_lock, ground=s.ground)
+        wm = context.window_manager
+        wm.progress_begin(0, 100)
+
+        def progress(fraction: float, message: str) -> None:
+            wm.progress_update(int(fraction * 100))
+            if context.workspace is not None:
+                context.workspace.status_text_set(f"Painted Skin: {message}")
+
+        try:
+            report = retarget_clip(source, s.target_object, source_map, target_map, opts,
+                                   progress=progress)
+        except RetargetError as e:
+            self.report({"ERROR"}, str(e))
+            return {"CANCELLED"}
+        finally:
+            wm.progress_end()
+            if context.workspace is not None:
+                context.workspace.status_text_set(None)
+        skate = report.foot_skate_cm_before, report.foot_skate_cm_after
+        s.last_report = (f"{report.action}: {report.frames} frames, {len(report.pairs)} joints"
+                         + (f", skate {skate[0]:.1f}->{skate[1]:.1f} cm" if skate[1] is not None
+                            else ""))
+        self.report({"INFO"}, s.last_report)
+        return {"FINISHED"}
+
+
+class PS_OT_save_map(bpy.types.Operator, ExportHelper):
+    """Save the character bone map shown in the list (TOML or JSON)"""
+
+    bl_idname = "painted_skin.save_map"
+    bl_label = "Save Bone Map"
+    filename_ext = ".toml"
+    filter_glob: bpy.props.StringProperty(default="*.toml;*.json", options={"HIDDEN"})
+
+    def execute(self, context):
+        try:
+            _map_from_rows(_settings(context)).save(self.filepath)
+        except (OSError, ValueError) as e:
+            self.report({"ERROR"}, str(e))
+            return {"CANCELLED"}
+        return {"FINISHED"}
+
+
+class PS_OT_load_map(bpy.types.Operator, ImportHelper):
+    """Load a bone map file into the list"""
+
+    bl_idname = "painted_skin.load_map"
+    bl_label = "Load Bone Map"
+    bl_options = {"REGISTER", "UNDO"}
+    filter_glob: bpy.props.StringProperty(default="*.toml;*.json", options={"HIDDEN"})
+
+    def execute(self, context):
+        s = _settings(context)
+        try:
+            bmap = BoneMap.load(Path(self.filepath))
+        except (OSError, ValueError, json.JSONDecodeError) as e:
+            self.report({"ERROR"}, str(e))
+            return {"CANCELLED"}
+        _fill_rows(s, bmap)
+        s.use_edited_map = True
+        return {"FINISHED"}
+
+
+CLASSES = (PS_OT_detect_map, PS_OT_retarget, PS_OT_save_map, PS_OT_load_map)

@@ -1,0 +1,80 @@
+"""Scene settings of the Painted Skin panel."""
+
+from __future__ import annotations
+
+import bpy
+from bpy.props import (
+    BoolProperty,
+    CollectionProperty,
+    EnumProperty,
+    FloatProperty,
+    IntProperty,
+    PointerProperty,
+    StringProperty,
+)
+
+
+def _is_armature(_self, obj) -> bool:
+    return obj.type == "ARMATURE"
+
+
+def _preset_items(_self, _context):
+    from ...rigs.presets import list_presets
+
+    items = [("AUTO", "Auto-detect", "Detect the bone map from names and skeleton shape")]
+    items += [(p, p, f"Preset {p}") for p in list_presets()]
+    return items
+
+
+class PS_BoneMapItem(bpy.types.PropertyGroup):
+    """One row of an editable bone map: canonical joint -> bone."""
+
+    canonical: StringProperty(name="Joint")
+    bone: StringProperty(name="Bone")
+    confidence: FloatProperty(name="Confidence", min=0.0, max=1.0)
+    origin: StringProperty(name="From")
+
+
+class PS_RetargetSettings(bpy.types.PropertyGroup):
+    source_kind: EnumProperty(
+        name="Source",
+        items=[("FILE", "File", "A BVH, FBX or glTF clip on disk"),
+               ("OBJECT", "Armature", "An animated armature in the scene")],
+        default="FILE",
+    )
+    source_path: StringProperty(name="Clip", subtype="FILE_PATH")
+    source_object: PointerProperty(name="Source armature", type=bpy.types.Object,
+                                   poll=_is_armature)
+    target_object: PointerProperty(name="Character", type=bpy.types.Object, poll=_is_armature)
+    source_preset: EnumProperty(name="Source map", items=_preset_items)
+    target_preset: EnumProperty(name="Character map", items=_preset_items)
+    use_edited_map: BoolProperty(
+        name="Use edited character map", default=False,
+        description="Retarget with the character map shown below instead of detecting it")
+    target_map: CollectionProperty(type=PS_BoneMapItem)
+    target_map_index: IntProperty()
+    in_place: BoolProperty(name="In place", description="Drop horizontal root motion")
+    foot_lock: BoolProperty(name="Foot lock", default=True,
+                            description="Pin feet during ground contact (two-bone IK)")
+    ground: EnumProperty(
+        name="Ground",
+        items=[("floor", "Floor", "The clip's lowest foot meets the character's floor"),
+               ("keep", "Keep", "Keep the source height, scaled")],
+        default="floor",
+    )
+    last_report: StringProperty(name="Last result")
+
+
+CLASSES = (PS_BoneMapItem, PS_RetargetSettings)
+
+
+def register() -> None:
+    for cls in CLASSES:
+        bpy.utils.register_class(cls)
+    bpy.types.Scene.painted_skin_retarget = PointerProperty(type=PS_RetargetSettings)
+
+
+def unregister() -> None:
+    del bpy.types.Scene.painted_skin_retarget
+    for cls in reversed(CLASSES):
+        bpy.utils.unregister_class(cls)

@@ -1,0 +1,182 @@
+"""Retarget a clip onto a character inside Blender: the one function the panel,
+the CLI and pipeline scripts all call.
+
+    from painted_skin.addon.blender.retarget_api import retarget_clip
+    report = retarget_clip("walk.bvh", armature_object)
+
+Reads arrays from Blender, solves with ``core.retarget`` (pure numpy), and only
+then touches the scene: one new Action on the target. Any error before that
+leaves the scene as it was.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import bpy
+import numpy as np
+
+from ...rigs import humanoid
+from ..core.bonemap import BoneMap, auto_map, resolve_map
+from ..core.bvh import parse_bvh_header_fps
+from ..core.retarget import RetargetOptions, retarget
+from ..core.skeleton import Motion, Skeleton
+from .armature_io import read_motion, read_skeleton, write_action
+from .importers import ImportFailed, imported_clip
+
+Progress = Callable[[float, str], None]
+
+
+class RetargetError(ValueError):
+    """Bad input for a retarget; the message names the problem and the fix."""
+
+
+@dataclass
+class RetargetReport:
+    """What a retarget did; written as the report JSON."""
+
+    source: str
+    target: str
+    action: str
+    frames: int
+    fps: float
+    seconds: float
+    frame_start: int
+    root_scale: float
+    source_map: dict
+    target_map: dict
+    pairs: dict[str, list[str]]
+    unmapped_target_core: list[str]
+    foot_skate_cm_before: float | None
+    foot_skate_cm_after: float | None
+    warnings: list[str] = field(default_factory=list)
+    timings_s: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class SourceMotion:
+    """A clip's skeleton and motion, already out of Blender."""
+
+    name: str
+    skeleton: Skeleton
+    motion: Motion
+
+
+def load_source(source: str | Path | bpy.types.Object) -> SourceMotion:
+    """Read a clip file (BVH/FBX/glTF) or an animated armature in the scene."""
+    if isinstance(source, bpy.types.Object):
+        if source.type != "ARMATURE":
+            raise RetargetError(f"source {source.name!r} is not an armature: pick the mocap "
+                                "skeleton")
+        if source.animation_data is None or source.animation_data.action is None:
+            raise RetargetError(f"source {source.name!r} has no action: import or assign a clip")
+        skel = read_skeleton(source)
+        return SourceMotion(source.name, skel, read_motion(source, skel))
+    path = Path(source)
+    try:
+        with imported_clip(path) as arm:
+            skel = read_skeleton(arm)
+            motion = read_motion(arm, skel)
+    except ImportFailed as e:
+        raise RetargetError(str(e)) from None
+    if path.suffix.lower() == ".bvh":
+        # The BVH importer keys one frame per sample: the file's own rate is the clip's rate.
+        motion.fps = snap_fps(parse_bvh_header_fps(path))
+    return SourceMotion(path.stem, skel, motion)
+
+
+def snap_fps(fps: float) -> float:
+    """BVH frame times are rounded (0.008333 s): 120.005 fps means 120."""
+    for nominal in (round(fps), 23.976, 29.97, 59.94):
+        if nominal and abs(fps - nominal) / nominal < 2e-4:
+            return float(nominal)
+    return float(fps)
+
+
+def _map_for(skel: Skeleton, spec: str | Path | BoneMap | None, what: str) -> BoneMap:
+    try:
+        bmap = auto_map(skel) if spec in (None, "auto") else resolve_map(spec, skel)
+    except (ValueError, OSError) as e:
+        raise RetargetError(f"{what} bone map: {e}") from None
+    missing = [c for c in ("hips", "leftUpperLeg", "rightUpperLeg") if c not in bmap.bones]
+    if missing:
+        raise RetargetError(
+            f"the {what} does not look like a humanoid: no bone found for {', '.join(missing)}. "
+            f"Give a bone map file (--map / --target-map) naming them")
+    return bmap
+
+
+def retarget_clip(
+    source: str | Path | bpy.types.Object,
+    target: bpy.types.Object,
+    source_map: str | Path | BoneMap | None = "auto",
+    target_map: str | Path | BoneMap | None = "auto",
+    options: RetargetOptions | None = None,
+    action_name: str | None = None,
+    set_scene: bool = True,
+    progress: Progress | None = None,
+) -> RetargetReport:
+    """Retarget ``source`` onto the armature ``target`` and bake an Action.
+
+    ``*_map``: "auto", a preset name, a map file path or a BoneMap. With
+    ``set_scene`` the scene's fps and frame range follow the clip.
+    """
+    report = progress or (lambda f, msg: None)
+    if target is None or target.type != "ARMATURE":
+        raise RetargetError("no target armature: select the character's armature "
+                            "(or pass --target CHARACTER)")
+    t0 = time.perf_counter()
+    report(0.05, "reading clip")
+    src = load_source(source)
+    if src.motion.frames < 1:
+        raise RetargetError(f"clip {src.name!r} has no frames")
+    t_read = time.perf_counter()
+    report(0.3, "mapping bones")
+    smap = _map_for(src.skeleton, source_map, "source clip")
+    tgt_skel = read_skeleton(target)
+    tmap = _map_for(tgt_skel, target_map, "target character")
+    report(0.4, "solving")
+    try:
+        result = retarget(src.skeleton, src.motion, smap.bones, tgt_skel, tmap.bones, options)
+    except ValueError as e:
+        raise RetargetError(str(e)) from None
+    if not np.isfinite(result.basis).all():
+        raise RetargetError(f"clip {src.name!r} produced non-finite poses: check the file")
+    t_solve = time.perf_counter()
+    report(0.7, "baking action")
+    action = write_action(target, tgt_skel, result.basis, result.keyed,
+                          src.motion.frame_start, action_name or src.name)
+    if set_scene:
+        scene = bpy.context.scene
+        fps = src.motion.fps
+        scene.render.fps = max(1, round(fps))
+        scene.render.fps_base = scene.render.fps / fps if fps > 0 else 1.0
+        scene.frame_start = src.motion.frame_start
+        scene.frame_end = src.motion.frame_start + src.motion.frames - 1
+    t_bake = time.perf_counter()
+    report(1.0, "done")
+    foot = result.foot
+    return RetargetReport(
+        source=str(source.name if isinstance(source, bpy.types.Object) else source),
+        target=target.name,
+        action=action.name,
+        frames=src.motion.frames,
+        fps=float(src.motion.fps),
+        seconds=src.motion.frames / src.motion.fps if src.motion.fps else 0.0,
+        frame_start=src.motion.frame_start,
+        root_scale=result.root_scale,
+        source_map=smap.to_dict(),
+        target_map=tmap.to_dict(),
+        pairs={c: list(p) for c, p in result.pairs.items()},
+        unmapped_target_core=[c for c in humanoid.CORE if c not in result.pairs],
+        foot_skate_cm_before=foot.skate_before_cm if foot else None,
+        foot_skate_cm_after=foot.skate_after_cm if foot else None,
+        warnings=result.warnings,
+        timings_s={"read": t_read - t0, "solve": t_solve - t_read, "bake": t_bake - t_solve},
+    )

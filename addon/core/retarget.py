@@ -1,0 +1,204 @@
+"""The retarget solver: source motion + two bone maps -> target pose per frame.
+
+For each canonical joint mapped on both sides, the source's world rotation
+relative to its reference frame (see ``reference_pose``) is
+
+    D(t) = W_src(t) @ C_src^T
+
+and the target bone takes ``W_tgt(t) = D(t) @ C_tgt``. Bone positions follow
+from the target's own rest offsets (forward kinematics), so proportions are
+the target's; only the hips carry translation, scaled by the leg-length ratio.
+Target bones without a source (an extra spine bone, a twist bone) share the
+rotation of their mapped neighbours, interpolated along the chain.
+
+Pure numpy: the Blender layer reads arrays in and writes keyframes out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from .footlock import FootLockResult, foot_skate_cm, lock_feet
+from .reference_pose import reference_frames
+from .skeleton import Motion, Skeleton, basis_from_pose, compose, rotations
+from .transforms import matrix_to_quat, quat_slerp, quat_to_matrix
+
+Ground = Literal["floor", "keep"]
+
+
+@dataclass
+class RetargetOptions:
+    """What a user can choose; defaults are what an animator expects."""
+
+    in_place: bool = False
+    ground: Ground = "floor"  # "floor": lowest foot of the clip meets the target's floor
+    foot_lock: bool = True
+    root_scale: float | None = None  # None: leg-length ratio target/source
+
+
+@dataclass
+class RetargetResult:
+    """Target pose per frame plus the figures the report shows."""
+
+    basis: np.ndarray  # (F, n, 4, 4) target basis matrices (pose-bone local)
+    world: np.ndarray  # (F, n, 4, 4) target world matrices
+    keyed: np.ndarray  # (n,) bool: bones that move and get keyframes
+    root_scale: float
+    pairs: dict[str, tuple[str, str]]  # canonical -> (source bone, target bone)
+    foot: FootLockResult | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def leg_length(skel: Skeleton, bone_map: dict[str, str]) -> float:
+    """Mean upper+lower leg length in world units (the root-scale yardstick)."""
+    heads = (skel.world @ skel.rest)[:, :3, 3]
+    lengths = []
+    for side in ("left", "right"):
+        names = [f"{side}UpperLeg", f"{side}LowerLeg", f"{side}Foot"]
+        if all(n in bone_map and bone_map[n] in skel for n in names):
+            a, b, c = (heads[skel.index(bone_map[n])] for n in names)
+            lengths.append(np.linalg.norm(b - a) + np.linalg.norm(c - b))
+    if not lengths:
+        return skel.height() * 0.5
+    return float(np.mean(lengths))
+
+
+def _foot_indices(skel: Skeleton, bone_map: dict[str, str], names: tuple[str, ...]) -> list[int]:
+    return [skel.index(bone_map[n]) for n in names if n in bone_map and bone_map[n] in skel]
+
+
+def _delta_for_unmapped(skel: Skeleton, delta_q: np.ndarray, has: np.ndarray) -> np.ndarray:
+    """Fill rotations of unmapped bones from mapped neighbours.
+
+    A bone between a mapped ancestor A and a mapped descendant D on a single
+    chain gets slerp(A, D, k/len); any other bone follows its nearest mapped
+    ancestor rigidly. Bones with no mapped ancestor keep their rest pose
+    (``has`` stays False for them).
+    """
+    n = len(skel)
+    children = [skel.children(i) for i in range(n)]
+    for i in range(n):
+        if has[i]:
+            continue
+        p = skel.parents[i]
+        # Nearest mapped ancestor and distance to it.
+        steps, a = 1, p
+        while a >= 0 and not has[a]:
+            a = skel.parents[a]
+            steps += 1
+        if a < 0:
+            continue
+        # Walk down a single-child chain looking for a mapped descendant.
+        down, d = 0, i
+        while not has[d] and len(children[d]) == 1:
+            d = children[d][0]
+            down += 1
+        if has[d] and d != i:
+            delta_q[:, i] = quat_slerp(delta_q[:, a], delta_q[:, d], steps / (steps + down))
+        else:
+            delta_q[:, i] = delta_q[:, a]
+        has[i] = True
+    return delta_q
+
+
+def retarget(
+    source: Skeleton,
+    motion: Motion,
+    source_map: dict[str, str],
+    target: Skeleton,
+    target_map: dict[str, str],
+    options: RetargetOptions | None = None,
+) -> RetargetResult:
+    """Retarget ``motion`` of ``source`` onto ``target``.
+
+    ``*_map`` map canonical joint names to bone names.
+    """
+    opts = options or RetargetOptions()
+    if "hips" not in source_map or "hips" not in target_map:
+        raise ValueError("both skeletons need a mapped 'hips' bone to carry the root motion")
+    frames = motion.frames
+    c_src = reference_frames(source, source_map)
+    c_tgt = reference_frames(target, target_map)
+    src_world = motion.world(source)
+    w_src = rotations(src_world)
+
+    pairs = {
+        c: (source_map[c], target_map[c])
+        for c in target_map
+        if c in source_map and source_map[c] in source and target_map[c] in target
+    }
+    n = len(target)
+    delta_q = np.zeros((frames, n, 4))
+    has = np.zeros(n, dtype=bool)
+    for _c, (sb, tb) in pairs.items():
+        i, j = source.index(sb), target.index(tb)
+        delta_q[:, j] = matrix_to_quat(w_src[:, i] @ c_src[i].T)
+        has[j] = True
+    delta_q = _delta_for_unmapped(target, delta_q, has)
+
+    r_rest_t = rotations(target.world @ target.rest)
+    w_tgt = np.broadcast_to(r_rest_t, (frames, n, 3, 3)).copy()
+    w_tgt[:, has] = quat_to_matrix(delta_q[:, has]) @ c_tgt[has]
+
+    # Root translation.
+    scale = opts.root_scale or leg_length(target, target_map) / leg_length(source, source_map)
+    hips_s, hips_t = source.index(source_map["hips"]), target.index(target_map["hips"])
+    root = scale * src_world[:, hips_s, :3, 3]
+    rest_heads_t = (target.world @ target.rest)[:, :3, 3]
+    if opts.in_place:
+        root[:, :2] = rest_heads_t[hips_t, :2]
+
+    positions = _fk_positions(target, w_tgt, root, hips_t)
+    warnings: list[str] = []
+    feet = _foot_indices(target, target_map, ("leftFoot", "rightFoot", "leftToes", "rightToes"))
+    if opts.ground == "floor" and feet:
+        # The clip's lowest foot joint meets the target's own rest foot height:
+        # a target standing on its floor in rest stands on it in the clip too.
+        shift = rest_heads_t[feet, 2].min() - positions[:, feet, 2].min()
+        root[:, 2] += shift
+        positions = _fk_positions(target, w_tgt, root, hips_t)
+
+    foot_result = None
+    if opts.foot_lock:
+        foot_result = lock_feet(target, target_map, w_tgt, positions, motion.fps,
+                                leg_length(target, target_map))
+        if foot_result is not None:
+            w_tgt = foot_result.world_rotations
+            positions = _fk_positions(target, w_tgt, root, hips_t)
+            ankles = [target.index(target_map[f"{s}Foot"]) for s in ("left", "right")]
+            foot_result.skate_after_cm = float(np.mean([
+                foot_skate_cm(positions[:, a], foot_result.contacts[s])
+                for a, s in zip(ankles, ("left", "right"), strict=True)]))
+        else:
+            warnings.append("foot lock skipped: legs are not fully mapped on the target")
+
+    s = target.world_scale()
+    world = compose(s * w_tgt, positions)
+    pose = np.linalg.inv(target.world) @ world
+    basis = basis_from_pose(target, pose)
+    eye = np.eye(4)
+    keyed = has & (np.abs(basis - eye).max(axis=(0, 2, 3)) > 1e-7)
+    keyed[hips_t] = True
+    return RetargetResult(basis=basis, world=world, keyed=keyed, root_scale=float(scale),
+                          pairs=pairs, foot=foot_result, warnings=warnings)
+
+
+def _fk_positions(skel: Skeleton, w: np.ndarray, root: np.ndarray, root_index: int) -> np.ndarray:
+    """World head positions from world rotations (F, n, 3, 3) and the root track."""
+    rest_world = skel.world @ skel.rest
+    r_rest = rotations(rest_world)
+    heads = rest_world[:, :3, 3]
+    frames, n = w.shape[:2]
+    pos = np.empty((frames, n, 3))
+    for i, p in enumerate(skel.parents):
+        if i == root_index:
+            pos[:, i] = root
+        elif p < 0:
+            pos[:, i] = heads[i]
+        else:
+            offset = r_rest[p].T @ (heads[i] - heads[p])
+            pos[:, i] = pos[:, p] + w[:, p] @ offset
+    return pos

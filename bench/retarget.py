@@ -1,0 +1,130 @@
+"""``painted-skin bench retarget``: this engine against the peers' method.
+
+Both retarget the same long clip onto the demo character in one run:
+
+- engine: read the clip's F-Curves, solve in numpy, write keys in bulk;
+- peers: per-bone offset helper bones + Copy Rotation / Copy Location
+  constraints, baked with ``bpy.ops.nla.bake(visual_keying=True)`` — what
+  Rokoko, Expy Kit and friends do.
+
+The helpers carry exactly this engine's per-bone offsets (``C_src^T C_tgt``), so
+both must give the same pose; the max joint-position difference over sampled
+frames (as a fraction of character height) says they do.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import bpy
+import numpy as np
+from mathutils import Matrix
+
+from ..addon.blender.armature_io import read_skeleton
+from ..addon.blender.importers import imported_clip
+from ..addon.blender.retarget_api import retarget_clip
+from ..addon.blender.session import reset_scene
+from ..addon.core.bonemap import auto_map
+from ..addon.core.reference_pose import reference_frames
+from ..addon.core.retarget import RetargetOptions, leg_length
+from ..addon.core.skeleton import rotations
+
+
+def _clip(tmp: Path, frames: int) -> Path:
+    from ..rigs.motion import write_clip
+
+    path = tmp / "long_walk.bvh"
+    write_clip(path, "walk", frames=frames, fps=120.0, convention="cmu")
+    return path
+
+
+def _joint_positions(arm: bpy.types.Object, frames: list[int]) -> np.ndarray:
+    scene = bpy.context.scene
+    out = []
+    for f in frames:
+        scene.frame_set(f)
+        mw = np.array(arm.matrix_world)
+        heads = np.array([pb.head for pb in arm.pose.bones])
+        out.append(heads @ mw[:3, :3].T + mw[:3, 3])
+    return np.array(out)
+
+
+def _peers_setup(src: bpy.types.Object, tgt: bpy.types.Object) -> None:
+    """Helper bones on the source carrying each pair's offset; constraints on the target."""
+    s_skel, t_skel = read_skeleton(src), read_skeleton(tgt)
+    s_map, t_map = auto_map(s_skel).bones, auto_map(t_skel).bones
+    c_s, c_t = reference_frames(s_skel, s_map), reference_frames(t_skel, t_map)
+    scale = leg_length(t_skel, t_map) / leg_length(s_skel, s_map)
+    src.matrix_world = Matrix.Scale(scale, 4) @ src.matrix_world
+    r_rest = rotations(s_skel.world @ s_skel.rest)
+    obj_rot = rotations(s_skel.world)
+    pairs = [(c, s_map[c], t_map[c]) for c in t_map if c in s_map]
+    bpy.context.view_layer.objects.active = src
+    bpy.ops.object.mode_set(mode="EDIT")
+    for c, sb, tb in pairs:
+        i, j = s_skel.index(sb), t_skel.index(tb)
+        world_rot = r_rest[i] @ c_s[i].T @ c_t[j]  # helper rest so that W = W_src @ offset
+        eb = src.data.edit_bones.new(f"PS_offset_{c}")
+        parent = src.data.edit_bones[sb]
+        m = np.eye(4)
+        m[:3, :3] = obj_rot.T @ world_rot
+        m[:3, 3] = parent.head
+        eb.matrix = Matrix(m.tolist())
+        eb.length = max(parent.length, 1e-3)
+        eb.parent = parent
+    bpy.ops.object.mode_set(mode="OBJECT")
+    for c, sb, tb in pairs:
+        pb = tgt.pose.bones[tb]
+        con = pb.constraints.new("COPY_ROTATION")
+        con.target, con.subtarget = src, f"PS_offset_{c}"
+        if c == "hips":
+            loc = pb.constraints.new("COPY_LOCATION")
+            loc.target, loc.subtarget = src, sb
+
+
+def main(frames: int = 2400) -> int:
+    """Run both methods, print frames/s, the ratio and the max difference."""
+    reset_scene()
+    from ..rigs.character import build_demo_character
+
+    tgt = build_demo_character()
+    opts = RetargetOptions(ground="keep", foot_lock=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        clip = _clip(Path(tmp), frames)
+        with imported_clip(clip) as src:
+            n = len(src.animation_data.action.frame_range)  # noqa: F841  (touch the action)
+            start = int(src.animation_data.action.frame_range[0])
+            end = start + frames - 1
+            t0 = time.perf_counter()
+            retarget_clip(src, tgt, options=opts, action_name="engine", set_scene=False)
+            t_engine = time.perf_counter() - t0
+            sample = list(range(start, end + 1, max(1, frames // 60)))
+            ours = _joint_positions(tgt, sample)
+
+            tgt.animation_data.action = None
+            for pb in tgt.pose.bones:
+                pb.matrix_basis = Matrix()
+            t0 = time.perf_counter()
+            _peers_setup(src, tgt)
+            bpy.context.view_layer.objects.active = tgt
+            for ob in bpy.context.view_layer.objects:
+                ob.select_set(ob == tgt)
+            bpy.ops.object.mode_set(mode="POSE")
+            bpy.ops.pose.select_all(action="SELECT")
+            bpy.ops.nla.bake(frame_start=start, frame_end=end, only_selected=False,
+                             visual_keying=True, clear_constraints=True, bake_types={"POSE"})
+            bpy.ops.object.mode_set(mode="OBJECT")
+            t_peers = time.perf_counter() - t0
+            theirs = _joint_positions(tgt, sample)
+    height = read_skeleton(tgt).height()
+    diff = float(np.abs(ours - theirs).max() / height)
+    fps_engine, fps_peers = frames / t_engine, frames / t_peers
+    ratio = fps_engine / fps_peers
+    print(f"clip: generated walk, {frames} frames @ 120 fps; target: demo character")
+    print(f"engine: {fps_engine:,.0f} frames/s ({t_engine:.3f} s)")
+    print(f"peers (constraints + nla.bake visual keying): {fps_peers:,.0f} frames/s "
+          f"({t_peers:.3f} s)")
+    print(f"retarget speedup: {ratio:.1f}x max_diff: {diff:.2e}")
+    return 0

@@ -1,0 +1,177 @@
+"""``painted-skin`` command line: the headless face of the add-on.
+
+Runs Blender as a Python module (``pip install painted-skin[blender]``); the
+same functions back the panel and the Python API. Exit codes: 0 success,
+2 bad input (the message says what and how to fix it), 1 anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+EXIT_BAD_INPUT = 2
+
+
+class BadInput(Exception):
+    """Raised for user errors; printed without a traceback, exit 2."""
+
+
+def write_json_atomic(path: Path, data: object) -> None:
+    """Write JSON next to ``path`` and rename it into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2, default=float)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_blend_atomic(path: Path) -> None:
+    """Save the current Blender file to ``path`` via a temp file + rename."""
+    import bpy
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.blend")
+    try:
+        bpy.ops.wm.save_as_mainfile(filepath=str(tmp), copy=True, check_existing=False)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+        Path(str(tmp) + "1").unlink(missing_ok=True)  # Blender's backup file
+
+
+def _retarget_options(args: argparse.Namespace):
+    from .addon.core.retarget import RetargetOptions
+
+    return RetargetOptions(in_place=args.in_place, foot_lock=not args.no_foot_lock,
+                           ground=args.ground)
+
+
+def cmd_retarget(args: argparse.Namespace) -> int:
+    from .addon.blender import session
+
+    source = Path(args.source)
+    if source.is_dir():
+        from .addon.blender.importers import CLIP_TYPES
+
+        clips = sorted(p for p in source.iterdir() if p.suffix.lower() in CLIP_TYPES)
+        if not clips:
+            raise BadInput(f"folder {str(source)!r} has no clips ({', '.join(sorted(CLIP_TYPES))})")
+    elif source.exists():
+        clips = [source]
+    else:
+        raise BadInput(f"--source {str(source)!r} does not exist: give a clip file or a folder")
+    result = session.retarget_files(clips, Path(args.target), args.map, args.target_map,
+                                    _retarget_options(args), progress=_progress_bar(len(clips)))
+    out = Path(args.out) if args.out else None
+    if out:
+        save_blend_atomic(out)
+    reports = [r.to_dict() for r in result]
+    if args.report:
+        write_json_atomic(Path(args.report), reports[0] if len(reports) == 1 else reports)
+    for r in reports:
+        skate = r["foot_skate_cm_before"], r["foot_skate_cm_after"]
+        print(f"{r['action']}: {r['frames']} frames @ {r['fps']:g} fps, "
+              f"{len(r['pairs'])} joints mapped, foot skate {_fmt(skate[0])} -> {_fmt(skate[1])} "
+              f"cm/frame")
+    if out:
+        print(f"Saved: '{out}'")
+    return 0
+
+
+def _fmt(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.2f}"
+
+
+def _progress_bar(total: int):
+    """A tqdm bar over clips when tqdm is there and stderr is a terminal."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    bar = tqdm(total=total, unit="clip", disable=not sys.stderr.isatty())
+
+    def update(done: int, name: str) -> None:
+        bar.set_description(name)
+        bar.n = done
+        bar.refresh()
+
+    return update
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .addon.blender import session
+
+    out = Path(args.out)
+    report = session.build_demo_shot(out, frames=args.frames, fps=args.fps, kind=args.kind)
+    write_json_atomic(out / "report.json", report.to_dict())
+    print(f"demo: {report.frames} frames of {args.kind!r} retargeted onto the demo character; "
+          f"foot skate {_fmt(report.foot_skate_cm_before)} -> "
+          f"{_fmt(report.foot_skate_cm_after)} cm/frame")
+    print(f"Saved: '{out / 'shot.blend'}'")
+    print(f"Report: '{out / 'report.json'}'")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    if args.what == "retarget":
+        from .bench.retarget import main as bench_main
+
+        return bench_main(frames=args.frames)
+    raise BadInput(f"unknown benchmark {args.what!r}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="painted-skin", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("retarget", help="retarget mocap clips onto a character")
+    r.add_argument("--source", required=True, help="clip (.bvh .fbx .glb .gltf) or a folder")
+    r.add_argument("--target", required=True, help="character (.blend .fbx .glb .gltf)")
+    r.add_argument("--map", default="auto", help="source bone map: auto, a preset or a file")
+    r.add_argument("--target-map", default="auto", help="target bone map: auto, preset, file")
+    r.add_argument("--out", help="write SHOT.blend with the character and baked action(s)")
+    r.add_argument("--report", help="write a JSON report")
+    r.add_argument("--in-place", action="store_true", help="drop horizontal root motion")
+    r.add_argument("--no-foot-lock", action="store_true", help="do not pin feet in contact")
+    r.add_argument("--ground", choices=("floor", "keep"), default="floor",
+                   help="floor: feet meet the character's floor; keep: scaled source height")
+    r.set_defaults(func=cmd_retarget)
+
+    d = sub.add_parser("demo", help="build the demo character and retarget a generated clip")
+    d.add_argument("--out", default="out/demo")
+    d.add_argument("--frames", type=int, default=96)
+    d.add_argument("--fps", type=float, default=24.0)
+    d.add_argument("--kind", default="walk", help="walk, run, jump, turn, wave, sit")
+    d.set_defaults(func=cmd_demo)
+
+    b = sub.add_parser("bench", help="speed benchmarks (ratio against a baseline in one run)")
+    b.add_argument("what", choices=("retarget",))
+    b.add_argument("--frames", type=int, default=2400)
+    b.set_defaults(func=cmd_bench)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except BadInput as e:
+        print(f"painted-skin: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except ValueError as e:  # RetargetError, ImportFailed, BvhError, map errors
+        print(f"painted-skin: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())
