@@ -762,8 +762,9 @@ def setup_demo_scene(arm: bpy.types.Object, scene: bpy.types.Scene | None = None
     cam_data = bpy.data.cameras.new("DemoCamera")
     cam = bpy.data.objects.new("DemoCamera", cam_data)
     # Three-quarter view of the path a walk in -Y takes over a few seconds.
-    cam.location = (4.6, -6.4, 0.75 * height)
-    aim = Vector((0.0, -2.2, 0.5 * height)) - Vector(cam.location)
+    cam_data.lens = 35.0
+    cam.location = (6.0, -3.8, 0.7 * height)
+    aim = Vector((0.0, -2.3, 0.5 * height)) - Vector(cam.location)
     cam.rotation_euler = aim.to_track_quat("-Z", "Y").to_euler()
     scene.collection.objects.link(cam)
     scene.camera = cam

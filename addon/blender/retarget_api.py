@@ -141,6 +141,9 @@ def retarget_clip(
     smap = _map_for(src.skeleton, source_map, "source clip")
     tgt_skel = read_skeleton(target)
     tmap = _map_for(tgt_skel, target_map, "target character")
+    warnings = []
+    if not any(c.type == "MESH" for c in target.children_recursive):
+        warnings.append(f"target {target.name!r} has no mesh: only the armature will move")
     report(0.4, "solving")
     try:
         result = retarget(src.skeleton, src.motion, smap.bones, tgt_skel, tmap.bones, options)
@@ -177,6 +180,6 @@ def retarget_clip(
         unmapped_target_core=[c for c in humanoid.CORE if c not in result.pairs],
         foot_skate_cm_before=foot.skate_before_cm if foot else None,
         foot_skate_cm_after=foot.skate_after_cm if foot else None,
-        warnings=result.warnings,
+        warnings=warnings + result.warnings,
         timings_s={"read": t_read - t0, "solve": t_solve - t_read, "bake": t_bake - t_solve},
     )

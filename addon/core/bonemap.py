@@ -475,7 +475,9 @@ def auto_map(skel: Skeleton, presets: Iterable[Any] | None = None) -> BoneMap:
         presets = all_presets()
     tree = _Tree(skel)
     bm = _best_preset(tree, list(presets))
-    if bm is None:
+    if bm is not None:
+        _fill_from_names(tree, bm)
+    else:
         bm = BoneMap()
         _by_name(tree, bm)
         missing = [c for c in CORE if c not in bm.bones]
@@ -488,6 +490,17 @@ def auto_map(skel: Skeleton, presets: Iterable[Any] | None = None) -> BoneMap:
             "no bone found for core joint(s) " + ", ".join(bm.missing_core)
             + "; map them by hand (is this a humanoid?)")
     return bm.sorted()
+
+
+def _fill_from_names(tree: _Tree, bm: BoneMap) -> None:
+    """Add joints the chosen preset lacks (often fingers) from the name stage."""
+    named = BoneMap()
+    _by_name(tree, named)
+    used = set(bm.bones.values())
+    for canon, bone in named.bones.items():
+        if canon not in bm.bones and bone not in used:
+            bm.set(canon, bone, named.confidence.get(canon, 0.8), "name")
+            used.add(bone)
 
 
 def resolve_map(spec: str | os.PathLike[str] | BoneMap, skel: Skeleton) -> BoneMap:
@@ -563,8 +576,11 @@ def _best_preset(tree: _Tree, presets: list[Any]) -> BoneMap | None:
         idx = {c: f[0] for c, f in found.items()}
         violations, gaps = _hierarchy_stats(tree, idx)
         quality = sum(f[1] for f in found.values())
-        score = (-violations, len(found), quality, -gaps, len(found) / len(preset.bones),
-                 preset.priority)
+        # Body joints first: a preset that matches many fingers but skips a spine
+        # bone (Mixamo names on a CMU rig) must lose to one that maps the body.
+        body = sum(1 for c in found if JOINT_BY_NAME[c].group not in ("finger", "twist"))
+        score = (-violations, body, -gaps, len(found), quality,
+                 len(found) / len(preset.bones), preset.priority)
         if best is None or score > best[0]:
             best = (score, preset, found)
     if best is None:

@@ -70,33 +70,80 @@ def _foot_indices(skel: Skeleton, bone_map: dict[str, str], names: tuple[str, ..
     return [skel.index(bone_map[n]) for n in names if n in bone_map and bone_map[n] in skel]
 
 
-def _delta_for_unmapped(skel: Skeleton, delta_q: np.ndarray, has: np.ndarray) -> np.ndarray:
-    """Fill rotations of unmapped bones from mapped neighbours.
+_CHAIN_GROUPS = ("spine", "chest", "upperChest", "neck", "head")
 
-    A bone between a mapped ancestor A and a mapped descendant D on a single
-    chain gets slerp(A, D, k/len); any other bone follows its nearest mapped
-    ancestor rigidly. Bones with no mapped ancestor keep their rest pose
-    (``has`` stays False for them).
+
+def _chain_between(skel: Skeleton, top: int, bottom: int) -> list[int] | None:
+    """Bones strictly between ``top`` and its descendant ``bottom`` (top first)."""
+    out = []
+    p = skel.parents[bottom]
+    while p >= 0 and p != top:
+        out.append(p)
+        p = skel.parents[p]
+    return out[::-1] if p == top else None
+
+
+def implicit_pairs(source: Skeleton, source_map: dict[str, str], target: Skeleton,
+                   target_map: dict[str, str]) -> list[tuple[int, int]]:
+    """Pair unmapped bones that sit at the same place on both sides.
+
+    Between two joints mapped on both sides, chains with the same number of
+    unmapped bones (CMU's LHipJoint, a Neck1, a second spine bone) are paired
+    one to one; unmapped leaves under a mapped joint pair by equal names.
+    """
+    pairs = []
+    both = [c for c in target_map if c in source_map and source_map[c] in source
+            and target_map[c] in target]
+    for c in both:
+        ti, si = target.index(target_map[c]), source.index(source_map[c])
+        parent = canonical_parent_in(c, both)
+        if parent is None:
+            continue
+        t_chain = _chain_between(target, target.index(target_map[parent]), ti)
+        s_chain = _chain_between(source, source.index(source_map[parent]), si)
+        if t_chain and s_chain and len(t_chain) == len(s_chain):
+            pairs += list(zip(s_chain, t_chain, strict=True))
+    paired = {j for _, j in pairs} | {target.index(target_map[c]) for c in both}
+    for j, name in enumerate(target.names):
+        if j not in paired and name in source and target.parents[j] >= 0:
+            i = source.index(name)
+            tp, sp = target.parents[j], source.parents[i]
+            if sp >= 0 and target.names[tp] == source.names[sp]:
+                pairs.append((i, j))
+    return pairs
+
+
+def canonical_parent_in(name: str, present: list[str]) -> str | None:
+    from ...rigs.humanoid import canonical_parent
+
+    return canonical_parent(name, frozenset(present))
+
+
+def _delta_for_unmapped(skel: Skeleton, delta_q: np.ndarray, has: np.ndarray,
+                        canonical_of: dict[int, str]) -> np.ndarray:
+    """Fill rotations of target bones that have no source.
+
+    A bone in the spine/neck chain between a mapped ancestor A and a mapped
+    descendant D gets slerp(A, D, k/len) — the bend is shared out; any other
+    bone (a hip offset bone, a twist or face bone) follows its nearest mapped
+    ancestor rigidly. Bones with no mapped ancestor keep their rest pose.
     """
     n = len(skel)
     children = [skel.children(i) for i in range(n)]
     for i in range(n):
         if has[i]:
             continue
-        p = skel.parents[i]
-        # Nearest mapped ancestor and distance to it.
-        steps, a = 1, p
+        steps, a = 1, skel.parents[i]
         while a >= 0 and not has[a]:
             a = skel.parents[a]
             steps += 1
         if a < 0:
             continue
-        # Walk down a single-child chain looking for a mapped descendant.
         down, d = 0, i
         while not has[d] and len(children[d]) == 1:
             d = children[d][0]
             down += 1
-        if has[d] and d != i:
+        if has[d] and d != i and canonical_of.get(d) in _CHAIN_GROUPS:
             delta_q[:, i] = quat_slerp(delta_q[:, a], delta_q[:, d], steps / (steps + down))
         else:
             delta_q[:, i] = delta_q[:, a]
@@ -133,11 +180,12 @@ def retarget(
     n = len(target)
     delta_q = np.zeros((frames, n, 4))
     has = np.zeros(n, dtype=bool)
-    for _c, (sb, tb) in pairs.items():
-        i, j = source.index(sb), target.index(tb)
+    bone_pairs = [(source.index(sb), target.index(tb)) for sb, tb in pairs.values()]
+    for i, j in bone_pairs + implicit_pairs(source, source_map, target, target_map):
         delta_q[:, j] = matrix_to_quat(w_src[:, i] @ c_src[i].T)
         has[j] = True
-    delta_q = _delta_for_unmapped(target, delta_q, has)
+    canonical_of = {target.index(tb): c for c, (_, tb) in pairs.items()}
+    delta_q = _delta_for_unmapped(target, delta_q, has, canonical_of)
 
     r_rest_t = rotations(target.world @ target.rest)
     w_tgt = np.broadcast_to(r_rest_t, (frames, n, 3, 3)).copy()

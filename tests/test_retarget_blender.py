@@ -1,0 +1,205 @@
+"""Retargeting inside the real Blender: the API, the CLI, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from painted_skin import cli
+from painted_skin.rigs import motion as gen
+
+
+@pytest.fixture
+def walk_bvh(tmp_path: Path) -> Path:
+    return gen.write_clip(tmp_path / "walk.bvh", "walk", frames=48, fps=24, convention="mixamo")
+
+
+@pytest.fixture
+def demo_blend(tmp_path: Path, bpy_clean) -> Path:
+    from painted_skin.rigs.character import build_demo_character, setup_demo_scene
+
+    arm = build_demo_character()
+    setup_demo_scene(arm)
+    path = tmp_path / "demo.blend"
+    cli.save_blend_atomic(path)
+    bpy_clean.ops.wm.read_factory_settings(use_empty=True)
+    return path
+
+
+def world_heads(bpy, arm, frames) -> np.ndarray:
+    out = []
+    for f in frames:
+        bpy.context.scene.frame_set(f)
+        mw = np.array(arm.matrix_world)
+        heads = np.array([pb.head for pb in arm.pose.bones])
+        out.append(heads @ mw[:3, :3].T + mw[:3, 3])
+    return np.array(out)
+
+
+def test_identity_through_blenders_importer(bpy_clean, tmp_path):
+    """A clip retargeted onto its own imported skeleton reproduces every joint."""
+    from painted_skin.addon.blender.retarget_api import retarget_clip
+    from painted_skin.addon.core.retarget import RetargetOptions
+
+    bpy = bpy_clean
+    path = gen.write_clip(tmp_path / "jump.bvh", "jump", frames=60, fps=30, convention="cmu")
+    bpy.ops.import_anim.bvh(filepath=str(path), global_scale=0.01, rotate_mode="NATIVE",
+                            axis_forward="-Z", axis_up="Y")
+    arm = bpy.context.object
+    original = arm.animation_data.action
+    frames = list(range(1, 61, 3))
+    before = world_heads(bpy, arm, frames)
+    report = retarget_clip(path, arm, options=RetargetOptions(ground="keep", foot_lock=False))
+    assert arm.animation_data.action is not original
+    after = world_heads(bpy, arm, frames)
+    height = np.ptp(before[0][:, 2])
+    assert np.abs(after - before).max() <= 1e-4 * height
+    assert report.frames == 60 and report.fps == 30
+
+
+def test_cli_retarget_writes_shot_and_report(demo_blend, walk_bvh, tmp_path, bpy_clean):
+    bpy = bpy_clean
+    out, rep = tmp_path / "shot.blend", tmp_path / "report.json"
+    rc = cli.main(["retarget", "--source", str(walk_bvh), "--target", str(demo_blend),
+                   "--out", str(out), "--report", str(rep)])
+    assert rc == 0
+    report = json.loads(rep.read_text())
+    assert report["frames"] == 48 and report["fps"] == 24 and report["seconds"] == 2
+    assert report["unmapped_target_core"] == []
+    assert report["foot_skate_cm_after"] <= report["foot_skate_cm_before"]
+    assert report["source_map"]["confidence"]["hips"] > 0.5
+    assert "unmapped" in report["source_map"]["report"]
+    bpy.ops.wm.open_mainfile(filepath=str(out))
+    scene = bpy.context.scene
+    assert (scene.frame_start, scene.frame_end, scene.render.fps) == (1, 48, 24)
+    arm = next(o for o in bpy.data.objects if o.type == "ARMATURE")
+    action = arm.animation_data.action
+    assert action is not None and action.name == "walk"
+    from painted_skin.addon.blender.armature_io import action_channelbag, action_frame_range
+
+    assert action_frame_range(arm) == (1, 48)
+    assert len(action_channelbag(arm).fcurves) > 50
+    # The walk moves the character forward (-Y) by about a stride per step.
+    hips = arm.pose.bones["spine"]
+    scene.frame_set(1)
+    y0 = (arm.matrix_world @ hips.head).y
+    scene.frame_set(48)
+    y1 = (arm.matrix_world @ hips.head).y
+    assert 1.0 < y0 - y1 < 4.0
+
+
+def test_cli_batch_folder_makes_one_action_per_clip(demo_blend, tmp_path, bpy_clean):
+    clips = tmp_path / "clips"
+    clips.mkdir()
+    gen.write_clip(clips / "wave.bvh", "wave", frames=24, fps=24)
+    gen.write_clip(clips / "sit.bvh", "sit", frames=30, fps=24, convention="apose")
+    out = tmp_path / "batch.blend"
+    assert cli.main(["retarget", "--source", str(clips), "--target", str(demo_blend),
+                     "--out", str(out)]) == 0
+    bpy_clean.ops.wm.open_mainfile(filepath=str(out))
+    assert {"wave", "sit"} <= set(bpy_clean.data.actions.keys())
+    arm = next(o for o in bpy_clean.data.objects if o.type == "ARMATURE")
+    assert arm.animation_data.action.name == "wave"  # sorted: sit first, then wave
+    assert [t.strips[0].action.name for t in arm.animation_data.nla_tracks] == ["sit"]
+
+
+def test_demo_command(tmp_path, bpy_clean):
+    out = tmp_path / "demo"
+    assert cli.main(["demo", "--out", str(out), "--frames", "24"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["frames"] == 24 and not report["unmapped_target_core"]
+    bpy_clean.ops.wm.open_mainfile(filepath=str(out / "shot.blend"))
+    arm = bpy_clean.data.objects["PaintedSkinDemo"]
+    from painted_skin.addon.blender.armature_io import action_channelbag
+
+    paths = {fc.data_path for fc in action_channelbag(arm).fcurves}
+    assert any("cape" in p for p in paths)  # the accessory's spring bones are baked too
+    assert bpy_clean.context.scene.camera is not None
+
+
+BAD_BVH = {
+    "no_motion.bvh": "HIERARCHY\nROOT Hips\n{\n OFFSET 0 0 0\n CHANNELS 3 Xrotation Yrotation "
+                     "Zrotation\n}\n",
+    "nan.bvh": "HIERARCHY\nROOT Hips\n{\n OFFSET 0 0 0\n CHANNELS 3 Zrotation Yrotation "
+               "Xrotation\n End Site\n {\n  OFFSET 0 1 0\n }\n}\nMOTION\nFrames: 1\n"
+               "Frame Time: 0.033\nnan 0 0\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_BVH))
+def test_cli_bad_clip_exits_2_and_writes_nothing(name, demo_blend, tmp_path, capsys):
+    clip = tmp_path / name
+    clip.write_text(BAD_BVH[name])
+    out = tmp_path / "shot.blend"
+    rc = cli.main(["retarget", "--source", str(clip), "--target", str(demo_blend),
+                   "--out", str(out), "--report", str(tmp_path / "r.json")])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert name in err and "error" in err
+    assert not out.exists() and not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--source", "missing.bvh"], "does not exist"),
+    (["--source", "{tmp}/clip.txt"], "unsupported type"),
+    (["--target", "{tmp}/clip.txt"], "unsupported type"),
+])
+def test_cli_bad_paths_exit_2(args, words, walk_bvh, demo_blend, tmp_path, capsys):
+    (tmp_path / "clip.txt").write_text("not a clip")
+    argv = {"--source": str(walk_bvh), "--target": str(demo_blend)}
+    argv[args[0]] = args[1].format(tmp=tmp_path)
+    rc = cli.main(["retarget", *[x for kv in argv.items() for x in kv]])
+    assert rc == 2
+    assert words in capsys.readouterr().err
+
+
+def _scene_state(bpy) -> tuple:
+    return (sorted(bpy.data.objects.keys()), sorted(bpy.data.actions.keys()),
+            sorted(bpy.data.armatures.keys()), sorted(bpy.data.meshes.keys()))
+
+
+def test_bad_input_leaves_the_scene_as_it_was(bpy_clean, tmp_path, walk_bvh):
+    from painted_skin.addon.blender.retarget_api import RetargetError, retarget_clip
+    from painted_skin.rigs.character import build_demo_character
+
+    bpy = bpy_clean
+    arm = build_demo_character()
+    retarget_clip(walk_bvh, arm)
+    kept = arm.animation_data.action
+    state = _scene_state(bpy)
+    broken = tmp_path / "broken.bvh"
+    broken.write_text(walk_bvh.read_text().replace("MOTION", "MOTON"))
+    truncated = tmp_path / "truncated.bvh"
+    truncated.write_text(walk_bvh.read_text()[: len(walk_bvh.read_text()) // 2])
+    for bad in (broken, truncated, tmp_path / "nope.bvh"):
+        with pytest.raises(RetargetError) as e:
+            retarget_clip(bad, arm)
+        assert bad.name in str(e.value)
+        assert _scene_state(bpy) == state
+        assert arm.animation_data.action is kept
+    with pytest.raises(RetargetError, match="armature"):
+        retarget_clip(walk_bvh, None)
+
+
+def test_non_humanoid_target_gets_a_clear_error(bpy_clean, walk_bvh):
+    from painted_skin.addon.blender.retarget_api import RetargetError, retarget_clip
+
+    bpy = bpy_clean
+    data = bpy.data.armatures.new("Snake")
+    obj = bpy.data.objects.new("Snake", data)
+    bpy.context.scene.collection.objects.link(obj)
+    bpy.context.view_layer.objects.active = obj
+    bpy.ops.object.mode_set(mode="EDIT")
+    parent = None
+    for k in range(6):
+        b = data.edit_bones.new(f"seg{k}")
+        b.head, b.tail, b.parent = (0, k * 0.2, 0.1), (0, (k + 1) * 0.2, 0.1), parent
+        parent = b
+    bpy.ops.object.mode_set(mode="OBJECT")
+    state = _scene_state(bpy)
+    with pytest.raises(RetargetError, match="humanoid"):
+        retarget_clip(walk_bvh, obj)
+    assert _scene_state(bpy) == state
