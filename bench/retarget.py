@@ -67,6 +67,7 @@ def _peers_setup(src: bpy.types.Object, tgt: bpy.types.Object) -> None:
         i, j = s_skel.index(sb), t_skel.index(tb)
         world_rot = r_rest[i] @ c_s[i].T @ c_t[j]  # helper rest so that W = W_src @ offset
         eb = src.data.edit_bones.new(f"PS_offset_{c}")
+        eb.head, eb.tail = (0.0, 0.0, 0.0), (0.0, 1.0, 0.0)  # non-zero length, or matrix= is lost
         parent = src.data.edit_bones[sb]
         m = np.eye(4)
         m[:3, :3] = obj_rot.T @ world_rot
@@ -94,7 +95,6 @@ def main(frames: int = 2400) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         clip = _clip(Path(tmp), frames)
         with imported_clip(clip) as src:
-            n = len(src.animation_data.action.frame_range)  # noqa: F841  (touch the action)
             start = int(src.animation_data.action.frame_range[0])
             end = start + frames - 1
             t0 = time.perf_counter()

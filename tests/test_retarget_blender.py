@@ -7,7 +7,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from painted_skin import cli
 from painted_skin.rigs import motion as gen
 

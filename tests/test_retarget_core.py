@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from painted_skin.addon.core import transforms as T
 from painted_skin.addon.core.bonemap import auto_map
 from painted_skin.addon.core.bvh import bvh_to_skeleton_motion

@@ -158,22 +158,26 @@ def write_action(obj: bpy.types.Object, skel: Skeleton, basis: np.ndarray, keyed
         action.use_fake_user = False
         slot = action.slots.new(id_type="OBJECT", name=obj.name)
         cb = anim_utils.action_ensure_channelbag_for_slot(action, slot)
-        for i in np.flatnonzero(keyed):
+        keyed_idx = np.flatnonzero(keyed)
+        # Convert all keyed bones at once (one numpy call per rotation mode).
+        modes = [obj.pose.bones[skel.names[i]].rotation_mode for i in keyed_idx]
+        rot = basis[:, keyed_idx, :3, :3]
+        quats = quat_continuity(matrix_to_quat(rot))
+        for k, i in enumerate(keyed_idx):
             bname = skel.names[i]
             pb = obj.pose.bones[bname]
             path = f'pose.bones["{_escape(bname)}"]'
-            rot = basis[:, i, :3, :3]
-            mode = pb.rotation_mode
+            mode = modes[k]
             if mode == "QUATERNION":
-                values, prop = quat_continuity(matrix_to_quat(rot)), "rotation_quaternion"
+                values, prop = quats[:, k], "rotation_quaternion"
             elif mode == "AXIS_ANGLE":
-                q = quat_continuity(matrix_to_quat(rot))
+                q = quats[:, k]
                 angle = 2 * np.arccos(np.clip(q[:, 0], -1, 1))
                 axis = q[:, 1:] / np.maximum(np.linalg.norm(q[:, 1:], axis=1, keepdims=True), 1e-12)
                 axis[np.linalg.norm(q[:, 1:], axis=1) < 1e-12] = (0.0, 1.0, 0.0)
                 values, prop = np.concatenate([angle[:, None], axis], 1), "rotation_axis_angle"
             else:
-                values, prop = unwrap_euler(matrix_to_euler(rot, mode)), "rotation_euler"
+                values, prop = unwrap_euler(matrix_to_euler(rot[:, k], mode)), "rotation_euler"
             _add_curves(cb, f"{path}.{prop}", values, xs, bname)
             loc = basis[:, i, :3, 3]
             if not pb.bone.use_connect and np.abs(loc).max() > 1e-6:

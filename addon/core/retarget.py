@@ -119,7 +119,7 @@ def canonical_parent_in(name: str, present: list[str]) -> str | None:
     return canonical_parent(name, frozenset(present))
 
 
-def _delta_for_unmapped(skel: Skeleton, delta_q: np.ndarray, has: np.ndarray,
+def _delta_for_unmapped(skel: Skeleton, delta: np.ndarray, has: np.ndarray,
                         canonical_of: dict[int, str]) -> np.ndarray:
     """Fill rotations of target bones that have no source.
 
@@ -144,11 +144,13 @@ def _delta_for_unmapped(skel: Skeleton, delta_q: np.ndarray, has: np.ndarray,
             d = children[d][0]
             down += 1
         if has[d] and d != i and canonical_of.get(d) in _CHAIN_GROUPS:
-            delta_q[:, i] = quat_slerp(delta_q[:, a], delta_q[:, d], steps / (steps + down))
+            q = quat_slerp(matrix_to_quat(delta[:, a]), matrix_to_quat(delta[:, d]),
+                           steps / (steps + down))
+            delta[:, i] = quat_to_matrix(q)
         else:
-            delta_q[:, i] = delta_q[:, a]
+            delta[:, i] = delta[:, a]
         has[i] = True
-    return delta_q
+    return delta
 
 
 def retarget(
@@ -178,18 +180,18 @@ def retarget(
         if c in source_map and source_map[c] in source and target_map[c] in target
     }
     n = len(target)
-    delta_q = np.zeros((frames, n, 4))
+    delta = np.zeros((frames, n, 3, 3))
     has = np.zeros(n, dtype=bool)
     bone_pairs = [(source.index(sb), target.index(tb)) for sb, tb in pairs.values()]
     for i, j in bone_pairs + implicit_pairs(source, source_map, target, target_map):
-        delta_q[:, j] = matrix_to_quat(w_src[:, i] @ c_src[i].T)
+        delta[:, j] = w_src[:, i] @ c_src[i].T
         has[j] = True
     canonical_of = {target.index(tb): c for c, (_, tb) in pairs.items()}
-    delta_q = _delta_for_unmapped(target, delta_q, has, canonical_of)
+    delta = _delta_for_unmapped(target, delta, has, canonical_of)
 
     r_rest_t = rotations(target.world @ target.rest)
     w_tgt = np.broadcast_to(r_rest_t, (frames, n, 3, 3)).copy()
-    w_tgt[:, has] = quat_to_matrix(delta_q[:, has]) @ c_tgt[has]
+    w_tgt[:, has] = delta[:, has] @ c_tgt[has]
 
     # Root translation.
     scale = opts.root_scale or leg_length(target, target_map) / leg_length(source, source_map)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .transforms import orthonormalize
+from .transforms import inverse3, orthonormalize
 
 
 @dataclass
@@ -131,12 +131,23 @@ def forward_kinematics(skel: Skeleton, basis: np.ndarray) -> np.ndarray:
 def basis_from_pose(skel: Skeleton, pose: np.ndarray) -> np.ndarray:
     """Inverse of :func:`forward_kinematics`: basis matrices from pose matrices."""
     local_inv = np.linalg.inv(skel.local_rest())
+    pose_inv = affine_inverse(pose)
     out = np.empty_like(pose)
     for i, p in enumerate(skel.parents):
         if p < 0:
             out[:, i] = local_inv[i] @ pose[:, i]
         else:
-            out[:, i] = local_inv[i] @ np.linalg.inv(pose[:, p]) @ pose[:, i]
+            out[:, i] = local_inv[i] @ pose_inv[:, p] @ pose[:, i]
+    return out
+
+
+def affine_inverse(m: np.ndarray) -> np.ndarray:
+    """Inverse of (..., 4, 4) affine matrices via the 3x3 block (batched, cheap)."""
+    a_inv = inverse3(m[..., :3, :3])
+    out = np.zeros_like(m)
+    out[..., :3, :3] = a_inv
+    out[..., :3, 3] = -(a_inv @ m[..., :3, 3, None])[..., 0]
+    out[..., 3, 3] = 1.0
     return out
 
 
