@@ -76,10 +76,15 @@ def _curves(action) -> dict[tuple[str, int], np.ndarray]:
     return out
 
 
-def _bone_curves(curves: dict, bone: str) -> np.ndarray:
+def _bone_curves(curves: dict, arm, bone: str) -> np.ndarray:
+    """(channels, frames) rotation track of a bone; an unkeyed bone stays at rest."""
     keys = sorted(k for k in curves if k[0].startswith(f'pose.bones["{bone}"].rotation'))
-    assert keys, f"bone {bone} has no rotation curves"
-    return np.stack([curves[k][:, 1] for k in keys])
+    if keys:
+        return np.stack([curves[k][:, 1] for k in keys])
+    mode = arm.pose.bones[bone].rotation_mode
+    rest = {"QUATERNION": (1.0, 0.0, 0.0, 0.0), "AXIS_ANGLE": (0.0, 0.0, 1.0, 0.0)}.get(
+        mode, (0.0, 0.0, 0.0))
+    return np.repeat(np.array(rest)[:, None], FRAMES, axis=1)
 
 
 def _joints(report: str) -> int:
@@ -136,7 +141,7 @@ def test_retarget_bakes_a_new_action_and_scene_follows_the_clip(shot):
     frames = {tuple(c[:, 0]) for c in curves.values()}
     assert frames == {tuple(np.arange(1, FRAMES + 1, dtype=np.float32))}
     animated = {re.match(r'pose\.bones\["(.+?)"\]', p).group(1) for p, _ in curves}
-    assert {shot.settings.target_map[c].bone if False else _rows(s)[c] for c in CORE} <= animated
+    assert {_rows(s)[c] for c in CORE} <= animated
     hips = _rows(s)["hips"]
     loc = np.stack([curves[(f'pose.bones["{hips}"].location', k)][:, 1] for k in range(3)])
     assert np.ptp(loc, axis=1).max() > 0.5, "a 2 s walk carries the hips forward"
@@ -156,8 +161,6 @@ def test_retarget_bakes_a_new_action_and_scene_follows_the_clip(shot):
     assert max(angles[0].rotation_difference(q).angle for q in angles[1:]) > 0.2
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: the replaced action keeps no user and is lost "
-                   "when the file is saved (operator should stash it like session.retarget_files)")
 def test_retarget_keeps_the_replaced_take(shot):
     bpy = shot.bpy
     bpy.ops.painted_skin.retarget()
@@ -183,8 +186,8 @@ def test_edited_map_drives_the_retarget(shot):
     removed = _curves(arm.animation_data.action)
     assert _joints(s.last_report) == base_joints - 1
     left, right = rows["leftUpperArm"], rows["rightUpperArm"]
-    assert np.abs(_bone_curves(removed, left) - _bone_curves(base, left)).max() > 1e-3
-    np.testing.assert_allclose(_bone_curves(removed, right), _bone_curves(base, right),
+    assert np.abs(_bone_curves(removed, arm, left) - _bone_curves(base, arm, left)).max() > 1e-3
+    np.testing.assert_allclose(_bone_curves(removed, arm, right), _bone_curves(base, arm, right),
                                atol=1e-6)
 
     # Point leftUpperArm at a wrong bone (the cape): the cape now swings like an arm.
@@ -194,14 +197,14 @@ def test_edited_map_drives_the_retarget(shot):
     assert bpy.ops.painted_skin.retarget() == {"FINISHED"}
     wrong = _curves(arm.animation_data.action)
     assert _joints(s.last_report) == base_joints
-    assert np.abs(_bone_curves(wrong, cape) - _bone_curves(base, cape)).max() > 1e-2
+    assert np.abs(_bone_curves(wrong, arm, cape) - _bone_curves(base, arm, cape)).max() > 1e-2
 
     # With "Use edited character map" off the list is ignored: back to the detected map.
     s.use_edited_map = False
     assert bpy.ops.painted_skin.retarget() == {"FINISHED"}
     again = _curves(arm.animation_data.action)
     for bone in (left, right, cape):
-        np.testing.assert_allclose(_bone_curves(again, bone), _bone_curves(base, bone),
+        np.testing.assert_allclose(_bone_curves(again, arm, bone), _bone_curves(base, arm, bone),
                                    atol=1e-6)
 
 
@@ -269,7 +272,7 @@ def _set_mesh_target(shot, tmp_path):
     bpy = shot.bpy
     body = next(o for o in bpy.data.objects if o.type == "MESH")
     shot.settings.target_object = body  # the UI's picker refuses it; scripts can still do it
-    return "no target armature"
+    return "armature"
 
 
 def _set_no_target(shot, tmp_path):
@@ -287,7 +290,8 @@ def test_bad_input_cancels_with_a_message_and_leaves_the_scene_alone(shot, tmp_p
     before = _state(bpy, shot.arm)
     with pytest.raises(RuntimeError) as err:
         bpy.ops.painted_skin.retarget()
-    assert expected in str(err.value)
+    # A report, not a crash: an exception escaping execute() would show a traceback.
+    assert expected in str(err.value) and "Traceback" not in str(err.value)
     assert _state(bpy, shot.arm) == before
     assert shot.arm.animation_data.action.name == "Idle"
     # And a good clip still works afterwards.
@@ -297,13 +301,15 @@ def test_bad_input_cancels_with_a_message_and_leaves_the_scene_alone(shot, tmp_p
     assert bpy.ops.painted_skin.retarget() == {"FINISHED"}
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: poll() has no poll_message_set, so the only "
-                   "message is 'poll() failed, context is incorrect'")
 def test_no_target_message_names_the_problem(shot):
-    shot.settings.target_object = None
-    for op in (shot.bpy.ops.painted_skin.retarget, shot.bpy.ops.painted_skin.detect_map):
-        with pytest.raises(RuntimeError, match="(?i)armature|character"):
-            op()
+    bpy = shot.bpy
+    body = next(o for o in bpy.data.objects if o.type == "MESH")
+    for target in (None, body):
+        shot.settings.target_object = target
+        for op in (bpy.ops.painted_skin.retarget, bpy.ops.painted_skin.detect_map):
+            with pytest.raises(RuntimeError, match="(?i)armature|character") as err:
+                op()
+            assert "Traceback" not in str(err.value)
 
 
 # ----------------------------------------------------------------------------- map files
@@ -330,7 +336,7 @@ def test_save_and_load_map_round_trip(shot, tmp_path, suffix):
     assert s.use_edited_map
     # The loaded map is what the retarget uses.
     assert bpy.ops.painted_skin.retarget() == {"FINISHED"}
-    assert "leftToes" not in edited
+    assert _joints(s.last_report) == len(edited)  # every loaded row, and only those
 
     # A broken file is refused and the list stays as it was.
     bad = tmp_path / f"broken{suffix}"
@@ -393,7 +399,11 @@ def test_panel_draws_its_controls_and_the_bone_list():
     proc = subprocess.run([sys.executable, "-c", _DRAW_SCRIPT], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    # Errors in draw code called back from C (draw_item) and unknown property names in
+    # layout.prop() are only printed, never raised: look for them in the output.
+    problems = [x for x in (proc.stdout + proc.stderr).splitlines()
+                if "Traceback" in x or "Error:" in x or "not found" in x]
+    assert problems == []
     line = next(x for x in proc.stdout.splitlines() if x.startswith("LAYOUT"))
     layouts = {k: _flatten(v) for k, v in json.loads(line[len("LAYOUT"):]).items()}
 

@@ -12,10 +12,19 @@ from ..core.bonemap import BoneMap, auto_map
 from ..core.retarget import RetargetOptions
 from .armature_io import read_skeleton
 from .retarget_api import RetargetError, retarget_clip
+from .session import stash_action
 
 
 def _settings(context):
     return context.scene.painted_skin_retarget
+
+
+def _target_poll(cls, context) -> bool:
+    obj = _settings(context).target_object
+    if obj is None or obj.type != "ARMATURE":
+        cls.poll_message_set("choose the character's armature in the Character field")
+        return False
+    return True
 
 
 def _map_from_rows(s) -> BoneMap:
@@ -41,7 +50,7 @@ class PS_OT_detect_map(bpy.types.Operator):
 
     @classmethod
     def poll(cls, context):
-        return _settings(context).target_object is not None
+        return _target_poll(cls, context)
 
     def execute(self, context):
         s = _settings(context)
@@ -75,7 +84,7 @@ class PS_OT_retarget(bpy.types.Operator):
 
     @classmethod
     def poll(cls, context):
-        return _settings(context).target_object is not None
+        return _target_poll(cls, context)
 
     def execute(self, context):
         s = _settings(context)
@@ -101,6 +110,8 @@ class PS_OT_retarget(bpy.types.Operator):
             if context.workspace is not None:
                 context.workspace.status_text_set(f"Painted Skin: {message}")
 
+        ad = s.target_object.animation_data
+        previous = ad.action if ad is not None else None
         try:
             report = retarget_clip(source, s.target_object, source_map, target_map, opts,
                                    progress=progress)
@@ -111,6 +122,9 @@ class PS_OT_retarget(bpy.types.Operator):
             wm.progress_end()
             if context.workspace is not None:
                 context.workspace.status_text_set(None)
+        if previous is not None and previous.users == 0:
+            # Keep the replaced take in the file, as Blender's own action stash does.
+            stash_action(s.target_object, previous)
         skate = report.foot_skate_cm_before, report.foot_skate_cm_after
         s.last_report = (f"{report.action}: {report.frames} frames, {len(report.pairs)} joints"
                          + (f", skate {skate[0]:.1f}->{skate[1]:.1f} cm" if skate[1] is not None

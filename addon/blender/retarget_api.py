@@ -129,8 +129,7 @@ def retarget_clip(
     """
     report = progress or (lambda f, msg: None)
     if target is None or target.type != "ARMATURE":
-        raise RetargetError("no target armature: select the character's armature "
-                            "(or pass --target CHARACTER)")
+        raise RetargetError("no target armature: choose the character's armature")
     t0 = time.perf_counter()
     report(0.05, "reading clip")
     src = load_source(source)

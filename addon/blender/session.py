@@ -18,14 +18,16 @@ def reset_scene() -> None:
     bpy.ops.wm.read_factory_settings(use_empty=True)
 
 
-def stash_action(obj: bpy.types.Object) -> None:
-    """Push the object's active action onto a muted NLA track (keeps it in the file)."""
+def stash_action(obj: bpy.types.Object, action: bpy.types.Action | None = None) -> None:
+    """Push ``action`` (default: the active one) onto a muted NLA track, so it
+    stays in the file, as Blender's own action stash does."""
     ad = obj.animation_data
-    if ad is None or ad.action is None:
+    action = action or (ad.action if ad is not None else None)
+    if action is None:
         return
     track = ad.nla_tracks.new()
-    track.name = f"[Stash] {ad.action.name}"
-    track.strips.new(ad.action.name, int(ad.action.frame_range[0]), ad.action)
+    track.name = f"[Stash] {action.name}"
+    track.strips.new(action.name, int(action.frame_range[0]), action)
     track.mute = True
 
 

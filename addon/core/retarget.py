@@ -23,7 +23,7 @@ import numpy as np
 
 from .footlock import FootLockResult, foot_skate_cm, lock_feet
 from .reference_pose import reference_frames
-from .skeleton import Motion, Skeleton, basis_from_pose, compose, rotations
+from .skeleton import Motion, Skeleton, affine_inverse, compose, rotations
 from .transforms import matrix_to_quat, quat_slerp, quat_to_matrix
 
 Ground = Literal["floor", "keep"]
@@ -44,12 +44,19 @@ class RetargetResult:
     """Target pose per frame plus the figures the report shows."""
 
     basis: np.ndarray  # (F, n, 4, 4) target basis matrices (pose-bone local)
-    world: np.ndarray  # (F, n, 4, 4) target world matrices
+    rotations: np.ndarray  # (F, n, 3, 3) target world rotations
+    positions: np.ndarray  # (F, n, 3) target world head positions
+    world_scale: float
     keyed: np.ndarray  # (n,) bool: bones that move and get keyframes
     root_scale: float
     pairs: dict[str, tuple[str, str]]  # canonical -> (source bone, target bone)
     foot: FootLockResult | None = None
     warnings: list[str] = field(default_factory=list)
+
+    @property
+    def world(self) -> np.ndarray:
+        """(F, n, 4, 4) target world matrices."""
+        return compose(self.world_scale * self.rotations, self.positions)
 
 
 def leg_length(skel: Skeleton, bone_map: dict[str, str]) -> float:
@@ -225,15 +232,45 @@ def retarget(
         else:
             warnings.append("foot lock skipped: legs are not fully mapped on the target")
 
-    s = target.world_scale()
-    world = compose(s * w_tgt, positions)
-    pose = np.linalg.inv(target.world) @ world
-    basis = basis_from_pose(target, pose)
-    eye = np.eye(4)
-    keyed = has & (np.abs(basis - eye).max(axis=(0, 2, 3)) > 1e-7)
+    basis = _basis(target, w_tgt, positions, r_rest_t, hips_t)
+    keyed = has & (np.abs(basis[..., :3, :] - np.eye(4)[:3]).max(axis=(0, 2, 3)) > 1e-7)
     keyed[hips_t] = True
-    return RetargetResult(basis=basis, world=world, keyed=keyed, root_scale=float(scale),
-                          pairs=pairs, foot=foot_result, warnings=warnings)
+    return RetargetResult(basis=basis, rotations=w_tgt, positions=positions,
+                          world_scale=target.world_scale(), keyed=keyed,
+                          root_scale=float(scale), pairs=pairs, foot=foot_result,
+                          warnings=warnings)
+
+
+def _basis(skel: Skeleton, w: np.ndarray, pos: np.ndarray, r_rest: np.ndarray,
+           root_index: int) -> np.ndarray:
+    """Pose-bone basis matrices from world rotations and positions.
+
+    With rest world rotations R, a bone's basis rotation is
+    ``R[b]^T R[p] W[p]^T W[b]`` (the object matrix cancels), so only 3x3
+    products are needed; translation is non-zero only for the motion root,
+    done with full 4x4 matrices for that one bone.
+    """
+    frames, n = w.shape[:2]
+    basis = np.zeros((frames, n, 4, 4))
+    basis[..., 3, 3] = 1.0
+    for i, p in enumerate(skel.parents):
+        if p < 0:
+            basis[:, i, :3, :3] = r_rest[i].T @ w[:, i]
+        else:
+            basis[:, i, :3, :3] = (r_rest[i].T @ r_rest[p]) @ (w[:, p].swapaxes(-1, -2)
+                                                                @ w[:, i])
+    i, p = root_index, skel.parents[root_index]
+    obj_inv = np.linalg.inv(skel.world)
+    s = skel.world_scale()
+    m_b = obj_inv @ compose(s * w[:, i], pos[:, i])
+    local = skel.local_rest()
+    if p < 0:
+        full = np.linalg.inv(local[i]) @ m_b
+    else:
+        m_p = obj_inv @ compose(s * w[:, p], pos[:, p])
+        full = np.linalg.inv(local[i]) @ affine_inverse(m_p) @ m_b
+    basis[:, i, :3, 3] = full[:, :3, 3]
+    return basis
 
 
 def _fk_positions(skel: Skeleton, w: np.ndarray, root: np.ndarray, root_index: int) -> np.ndarray:
