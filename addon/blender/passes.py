@@ -1,0 +1,324 @@
+"""Control passes for every frame of a shot: the function behind the CLI,
+the panel and the Python API.
+
+    from painted_skin.addon.blender.passes import PassOptions, make_passes
+    make_passes(bpy.context.scene, PassOptions(frames=range(1, 49)), out_dir)
+
+Two engines give the same arrays: ``fast`` (our rasteriser over the evaluated
+meshes) and ``cycles`` (Blender's renderer, the reference). Each frame's files
+are written atomically; a frame whose files all exist is skipped, so a farm
+chunk or a re-run resumes. Shot-level settings (size, near/far, conventions)
+live in ``manifest.json``; per-frame cameras in ``camera/####.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import bpy
+import numpy as np
+
+from ..core import encodings
+from ..core.raster import interpolate, motion_vectors, rasterize
+from .shot_geometry import FrameGeometry, ShotError, ShotGeometry
+
+PASSES = ("depth", "normal", "skeleton", "mask", "parts", "motion", "beauty")
+DEFAULT_PASSES = ("depth", "normal", "skeleton", "mask", "parts", "motion")
+MIN_SIZE, MAX_SIZE = 16, 8192
+MANIFEST_VERSION = 1
+
+# Files each pass writes per frame: (sub-folder, extension).
+FILES = {
+    "depth": [("depth", "exr"), ("depth16", "png")],
+    "normal": [("normal", "exr"), ("normal_color", "png")],
+    "skeleton": [("skeleton", "png"), ("skeleton", "json")],
+    "mask": [("mask", "png")],
+    "parts": [("parts", "png"), ("parts_color", "png")],
+    "motion": [("motion", "exr")],
+    "beauty": [("beauty", "png")],
+}
+
+Progress = Callable[[int, int, int], None]  # (done, total, frame)
+
+
+@dataclass
+class PassOptions:
+    """What to make. ``frames`` must be a non-empty increasing range."""
+
+    frames: range
+    width: int = 512
+    height: int = 512
+    engine: str = "fast"
+    passes: tuple[str, ...] = DEFAULT_PASSES
+    near: float | None = None  # shot depth range for depth16; None: measured over the scene
+    far: float | None = None
+
+    def validate(self) -> None:
+        if len(self.frames) == 0 or self.frames.step <= 0:
+            raise ShotError(f"frame range {self.frames.start}-{self.frames.stop - 1} is empty or "
+                            "reversed: give FIRST-LAST with FIRST <= LAST")
+        for v, name in ((self.width, "width"), (self.height, "height")):
+            if not MIN_SIZE <= v <= MAX_SIZE:
+                raise ShotError(f"{name} {v} is outside {MIN_SIZE}..{MAX_SIZE} pixels")
+        if self.engine not in ("fast", "cycles"):
+            raise ShotError(f"engine {self.engine!r} is unknown: use fast or cycles")
+        bad = [p for p in self.passes if p not in PASSES]
+        if bad:
+            raise ShotError(f"unknown pass(es) {', '.join(bad)}: choose from {', '.join(PASSES)}")
+        if "beauty" in self.passes and self.engine != "cycles":
+            raise ShotError("the beauty pass needs --engine cycles")
+
+
+def frame_paths(out: Path, passes: tuple[str, ...], f: int) -> list[Path]:
+    paths = [out / "camera" / f"{f:04d}.json"]
+    for p in passes:
+        paths += [out / sub / f"{f:04d}.{ext}" for sub, ext in FILES[p]]
+    return paths
+
+
+def frame_done(out: Path, passes: tuple[str, ...], f: int) -> bool:
+    return all(p.exists() for p in frame_paths(out, passes, f))
+
+
+def _write_json(path: Path, data: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh, indent=1, default=float)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def shot_depth_range(geo: ShotGeometry, frames: range) -> tuple[float, float]:
+    """Near/far over the whole scene range (not a farm chunk), padded 5%: every
+    chunk of a shot must quantise depth identically, or the 16-bit depth flickers."""
+    lo, hi = np.inf, -np.inf
+    for f in frames:
+        g = geo.frame(f)
+        _, d = g.camera.project_world(g.positions)
+        d = d[(d > g.camera.near) & (d < g.camera.far)]
+        if len(d):
+            lo, hi = min(lo, float(d.min())), max(hi, float(d.max()))
+    if not np.isfinite(lo):
+        raise ShotError("the character is never in front of the camera: check the camera")
+    pad = 0.05 * max(hi - lo, 1e-3)
+    return max(lo - pad, 1e-4), hi + pad
+
+
+def _manifest(opts: PassOptions, near: float, far: float, geo: ShotGeometry) -> dict:
+    return {
+        "version": MANIFEST_VERSION,
+        "engine": opts.engine,
+        "width": opts.width,
+        "height": opts.height,
+        "passes": list(opts.passes),
+        "near": near,
+        "far": far,
+        "files": {p: [f"{sub}/####.{ext}" for sub, ext in FILES[p]] for p in opts.passes},
+        "parts": list(encodings.PARTS),
+        "conventions": encodings.CONVENTIONS,
+        "armature": geo.armature.name if geo.armature else None,
+        "bone_map": geo.bone_map,
+        "versions": {"blender": bpy.app.version_string, "numpy": np.__version__,
+                     "painted_skin": _package_version()},
+    }
+
+
+def _package_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("painted-skin")
+    except Exception:  # inside Blender the extension is not a pip distribution
+        return "extension"
+
+
+def _check_manifest(out: Path, manifest: dict) -> None:
+    """Refuse to mix outputs made with other settings in one folder."""
+    path = out / "manifest.json"
+    if not path.exists():
+        _write_json(path, manifest)
+        return
+    old = json.loads(path.read_text())
+    for key in ("width", "height", "engine", "near", "far"):
+        if old.get(key) != manifest[key] and not (
+                isinstance(old.get(key), float) and np.isclose(old[key], manifest[key])):
+            raise ShotError(f"{out} holds passes made with {key}={old.get(key)} (now "
+                            f"{manifest[key]}): use another --out folder or delete it")
+    passes = sorted(set(old.get("passes", [])) | set(manifest["passes"]))
+    if passes != sorted(old.get("passes", [])):
+        old["passes"] = passes
+        old["files"] = {**old.get("files", {}), **manifest["files"]}
+        _write_json(path, old)
+
+
+def fast_frame(geo: ShotGeometry, g: FrameGeometry, prev: FrameGeometry | None,
+               nxt: FrameGeometry | None, want: set[str]) -> dict[str, np.ndarray]:
+    """All passes of one frame from the evaluated meshes (no renderer)."""
+    cam = g.camera
+    verts_cam = cam.to_camera(g.positions)
+    frag = rasterize(verts_cam, geo.tris, cam)
+    out: dict[str, np.ndarray] = {"depth": frag.depth, "mask": frag.mask}
+    if "normal" in want:
+        n_world = interpolate(frag, g.corner_normals)
+        n_cam = n_world @ cam.view[:3, :3].T
+        norm = np.linalg.norm(n_cam, axis=-1, keepdims=True)
+        out["normal"] = np.where(norm > 0, n_cam / np.maximum(norm, 1e-12), 0).astype(np.float32)
+    if "parts" in want:
+        corner = np.argmax(frag.bary, axis=-1)
+        vid = geo.tris[np.maximum(frag.tri, 0), corner]
+        out["parts"] = np.where(frag.mask, geo.vertex_parts[vid], 0).astype(np.uint8)
+    if "motion" in want:
+        mv = np.zeros(frag.depth.shape + (4,), np.float32)
+        for k, other in ((0, prev), (2, nxt)):
+            if other is not None:
+                oc = other.camera
+                mv[..., k:k + 2] = motion_vectors(frag, geo.tris, oc.to_camera(other.positions), oc)
+        out["motion"] = mv
+    return out
+
+
+def _cycles_frames(scene, frames: list[int], opts: PassOptions) -> Iterator[tuple[int, dict]]:
+    from .cycles_passes import render_cycles_frames
+
+    for f, p in render_cycles_frames(scene, frames, opts.width, opts.height,
+                                     want_beauty="beauty" in opts.passes):
+        out = {"depth": p["depth"], "mask": p["mask"] > 0.5, "normal": p["normal_camera"],
+               "motion": np.concatenate([p["flow_prev"], p["flow_next"]], axis=-1)}
+        if "beauty" in p:
+            out["beauty"] = p["beauty"]
+        yield f, out
+
+
+def _write_frame(out: Path, f: int, arrays: dict, opts: PassOptions, near: float, far: float,
+                 g: FrameGeometry, skeleton: tuple[np.ndarray, dict] | None) -> None:
+    from .image_io import write_exr, write_png
+
+    name = f"{f:04d}"
+    want = set(opts.passes)
+    for sub in {sub for p in want for sub, _ in FILES[p]} | {"camera"}:
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    if "depth" in want:
+        write_exr(out / "depth" / f"{name}.exr", arrays["depth"], ["Z"])
+        write_png(out / "depth16" / f"{name}.png",
+                  encodings.depth_to_u16(arrays["depth"], near, far))
+    if "normal" in want:
+        write_exr(out / "normal" / f"{name}.exr", arrays["normal"], ["X", "Y", "Z"])
+        write_png(out / "normal_color" / f"{name}.png",
+                  encodings.normal_to_color(arrays["normal"], arrays["mask"]))
+    if "mask" in want:
+        write_png(out / "mask" / f"{name}.png", (arrays["mask"] * 255).astype(np.uint8))
+    if "parts" in want:
+        write_png(out / "parts" / f"{name}.png", arrays["parts"])
+        write_png(out / "parts_color" / f"{name}.png", encodings.parts_to_color(arrays["parts"]))
+    if "motion" in want:
+        write_exr(out / "motion" / f"{name}.exr", arrays["motion"],
+                  ["prev.U", "prev.V", "next.U", "next.V"])
+    if "beauty" in want:
+        rgba = np.clip(arrays["beauty"], 0, 1)
+        srgb = np.where(rgba[..., :3] <= 0.0031308, rgba[..., :3] * 12.92,
+                        1.055 * np.power(rgba[..., :3], 1 / 2.4) - 0.055)
+        img = np.concatenate([srgb, rgba[..., 3:]], axis=-1)
+        write_png(out / "beauty" / f"{name}.png", np.round(img * 255).astype(np.uint8))
+    if "skeleton" in want:
+        image, data = skeleton if skeleton is not None else (
+            np.zeros((opts.height, opts.width, 3), np.uint8), {"people": []})
+        write_png(out / "skeleton" / f"{name}.png", image)
+        _write_json(out / "skeleton" / f"{name}.json", data)
+    # The camera file goes last: it marks the frame complete (see frame_done).
+    _write_json(out / "camera" / f"{name}.json", {"frame": f, "camera": g.camera.to_dict()})
+
+
+def skeleton_pass(g: FrameGeometry, depth: np.ndarray) -> tuple[np.ndarray, dict] | None:
+    """OpenPose drawing + JSON of one frame, or None without a humanoid map."""
+    if not g.joints:
+        return None
+    from ..core import openpose
+
+    return openpose.render_frame(g.joints, g.camera, depth)
+
+
+def make_passes(scene: bpy.types.Scene, opts: PassOptions, out: Path,
+                progress: Progress | None = None,
+                cancelled: Callable[[], bool] | None = None) -> dict:
+    """Write the passes of ``opts.frames`` into ``out``; returns a summary.
+
+    Frames already complete are skipped. ``cancelled`` is polled between frames.
+    """
+    opts.validate()
+    out = Path(out)
+    geo = ShotGeometry(scene, opts.width, opts.height)
+    want = set(opts.passes)
+    warnings = list(geo.warnings) if "skeleton" in want else []
+    frame_now = scene.frame_current
+    try:
+        if opts.near is not None and opts.far is not None:
+            near, far = opts.near, opts.far
+        else:
+            manifest_path = out / "manifest.json"
+            if manifest_path.exists():
+                old = json.loads(manifest_path.read_text())
+                near, far = old["near"], old["far"]
+            else:
+                near, far = shot_depth_range(geo, range(scene.frame_start, scene.frame_end + 1))
+        out.mkdir(parents=True, exist_ok=True)
+        _check_manifest(out, _manifest(opts, near, far, geo))
+        todo = [f for f in opts.frames if not frame_done(out, opts.passes, f)]
+        done = len(opts.frames) - len(todo)
+        if progress:
+            progress(done, len(opts.frames), opts.frames.start)
+        if opts.engine == "cycles":
+            source = _cycles_frames(scene, todo, opts)
+        else:
+            source = ((f, None) for f in todo)
+        cache: dict[int, FrameGeometry] = {}
+        joints = "skeleton" in want
+        for f, rendered in source:
+            if cancelled and cancelled():
+                break
+            # Each frame is evaluated once: the next frame's geometry (needed for
+            # its motion vectors) is kept for the following iteration.
+            g = cache.get(f) or geo.frame(f, with_joints=joints)
+            if rendered is None:
+                prev = nxt = None
+                if "motion" in want:
+                    prev = cache.get(f - 1) or geo.frame(f - 1)
+                    nxt = geo.frame(f + 1, with_joints=joints)
+                arrays = fast_frame(geo, g, prev, nxt, want)
+                cache = {f: g} if nxt is None else {f: g, f + 1: nxt}
+            else:
+                arrays = rendered
+                if "parts" in want:
+                    arrays["parts"] = fast_frame(geo, g, None, None, {"parts"})["parts"]
+            if f == todo[0]:
+                _check_camera_outside(arrays, g)
+            skel = skeleton_pass(g, arrays["depth"]) if "skeleton" in want else None
+            _write_frame(out, f, arrays, opts, near, far, g, skel)
+            done += 1
+            if progress:
+                progress(done, len(opts.frames), f)
+    finally:
+        scene.frame_set(frame_now)
+    return {"frames": len(opts.frames), "written": done, "near": near, "far": far,
+            "warnings": warnings, "out": str(out)}
+
+
+def _check_camera_outside(arrays: dict, g: FrameGeometry) -> None:
+    """A camera inside the mesh sees mostly back faces: refuse, say so."""
+    mask = arrays["mask"]
+    normal = arrays.get("normal")
+    if normal is None or mask.sum() < 0.5 * mask.size:
+        return
+    # Camera space: +z points at the viewer; back faces have normals pointing away.
+    back = (normal[..., 2][mask] < -0.05).mean()
+    if back > 0.5:
+        raise ShotError("the camera is inside the character's mesh: move it out "
+                        f"(camera at {g.camera.world[:3, 3].round(3).tolist()})")

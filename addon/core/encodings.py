@@ -1,0 +1,92 @@
+"""How float passes become the images ControlNets and people read (pure numpy).
+
+Every choice here is written into the pass manifest (``CONVENTIONS``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...rigs.humanoid import JOINT_BY_NAME
+
+# Body-part labels. Bones map to canonical joints through the bone map; each
+# vertex takes the label of its dominant deforming bone.
+PARTS = (
+    "background", "head", "torso", "left_upper_arm", "right_upper_arm", "left_lower_arm",
+    "right_lower_arm", "left_hand", "right_hand", "left_upper_leg", "right_upper_leg",
+    "left_lower_leg", "right_lower_leg", "left_foot", "right_foot", "accessory",
+)
+PART_ID = {name: i for i, name in enumerate(PARTS)}
+_PART_OF_JOINT = {
+    "hips": "torso", "spine": "torso", "chest": "torso", "upperChest": "torso",
+    "neck": "head", "head": "head",
+}
+for _side in ("left", "right"):
+    _PART_OF_JOINT |= {
+        f"{_side}Shoulder": "torso", f"{_side}UpperArm": f"{_side}_upper_arm",
+        f"{_side}UpperArmTwist": f"{_side}_upper_arm", f"{_side}LowerArm": f"{_side}_lower_arm",
+        f"{_side}LowerArmTwist": f"{_side}_lower_arm", f"{_side}Hand": f"{_side}_hand",
+        f"{_side}UpperLeg": f"{_side}_upper_leg", f"{_side}UpperLegTwist": f"{_side}_upper_leg",
+        f"{_side}LowerLeg": f"{_side}_lower_leg", f"{_side}LowerLegTwist": f"{_side}_lower_leg",
+        f"{_side}Foot": f"{_side}_foot", f"{_side}Toes": f"{_side}_foot",
+    }
+
+# A fixed, well-separated palette for the parts preview image.
+PART_COLORS = np.array([
+    [0, 0, 0], [255, 205, 148], [200, 60, 60], [60, 200, 60], [60, 60, 200], [130, 230, 130],
+    [130, 130, 230], [40, 120, 40], [40, 40, 120], [230, 200, 60], [60, 200, 230],
+    [240, 240, 130], [130, 240, 240], [150, 110, 20], [20, 110, 150], [200, 80, 200],
+], dtype=np.uint8)
+
+CONVENTIONS = {
+    "axes": "world Z-up, metres; camera space x right, y up, looking down -Z",
+    "pixels": "u right, v down, origin top-left, pixel centres at +0.5",
+    "depth": "planar camera distance (-z_cam) in metres, float32, +inf where empty",
+    "depth16": "uint16 PNG, 65535*(far-d)/(far-near) with shot-fixed near/far "
+               "(near bright, like MiDaS-style depth ControlNets); 0 where empty",
+    "normal": "camera-space unit normals (x right, y up, z towards the viewer), float32",
+    "normal_color": "ControlNet 1.1 normalbae (ScanNet protocol): RGB = 255*((-x, y, z)+1)/2 "
+                    "in camera space: red = left, green = up, blue = towards the viewer; "
+                    "black where empty",
+    "motion": "4 channels float32, pixels: (prev.u, prev.v, next.u, next.v) = where this "
+              "pixel's surface point is in the previous / next frame minus where it is now",
+    "mask": "uint8 PNG, 255 on the character",
+    "parts": "uint8 PNG of part ids (see manifest 'parts'), 0 background",
+    "skeleton": "OpenPose JSON (BODY_25 + hands + face) and the ControlNet-style drawing",
+}
+
+
+def part_of_joint(canonical: str | None) -> int:
+    """Part id of a canonical joint; bones outside the humanoid are accessories."""
+    if canonical is None:
+        return PART_ID["accessory"]
+    if canonical in _PART_OF_JOINT:
+        return PART_ID[_PART_OF_JOINT[canonical]]
+    joint = JOINT_BY_NAME.get(canonical)
+    if joint is not None and joint.group == "finger":
+        return PART_ID[f"{joint.side}_hand"]
+    return PART_ID["accessory"]
+
+
+def depth_to_u16(depth: np.ndarray, near: float, far: float) -> np.ndarray:
+    """Shot-stable 16-bit depth: near -> 65535, far -> 1, empty -> 0."""
+    if not far > near:
+        raise ValueError(f"depth range needs far > near (got near={near}, far={far})")
+    d = np.clip((far - depth) / (far - near), 0.0, 1.0)
+    out = np.round(1 + d * 65534).astype(np.uint16)
+    out[~np.isfinite(depth)] = 0
+    return out
+
+
+def normal_to_color(normal_cam: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Camera-space normals -> ControlNet normalbae colours (uint8 RGB), black
+    where ``mask`` is False. A surface facing the camera is (128, 128, 255)."""
+    rgb = np.stack([-normal_cam[..., 0], normal_cam[..., 1], normal_cam[..., 2]], axis=-1)
+    out = np.round((rgb + 1.0) * 127.5).clip(0, 255).astype(np.uint8)
+    out[~mask] = 0
+    return out
+
+
+def parts_to_color(parts: np.ndarray) -> np.ndarray:
+    """Part-id image -> RGB preview with the fixed palette."""
+    return PART_COLORS[np.clip(parts, 0, len(PART_COLORS) - 1)]
