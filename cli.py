@@ -71,7 +71,8 @@ def cmd_retarget(args: argparse.Namespace) -> int:
     else:
         raise BadInput(f"--source {str(source)!r} does not exist: give a clip file or a folder")
     result = session.retarget_files(clips, Path(args.target), args.map, args.target_map,
-                                    _retarget_options(args), progress=_progress_bar(len(clips)))
+                                    _retarget_options(args), progress=_progress_bar(len(clips)),
+                                    clip_action=args.clip_action)
     out = Path(args.out) if args.out else None
     if out:
         save_blend_atomic(out)
@@ -79,6 +80,8 @@ def cmd_retarget(args: argparse.Namespace) -> int:
     if args.report:
         write_json_atomic(Path(args.report), reports[0] if len(reports) == 1 else reports)
     for r in reports:
+        for w in r["warnings"]:
+            print(f"warning: {w}", file=sys.stderr)
         skate = r["foot_skate_cm_before"], r["foot_skate_cm_after"]
         print(f"{r['action']}: {r['frames']} frames @ {r['fps']:g} fps, "
               f"{len(r['pairs'])} joints mapped, foot skate {_fmt(skate[0])} -> {_fmt(skate[1])} "
@@ -122,6 +125,65 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parse_frames(text: str) -> range:
+    try:
+        first, _, last = text.partition("-")
+        a, b = int(first), int(last or first)
+    except ValueError:
+        raise BadInput(f"--frames {text!r}: use FIRST-LAST, e.g. 1-48") from None
+    if b < a:
+        raise BadInput(f"--frames {text!r} is reversed: use FIRST-LAST with FIRST <= LAST")
+    return range(a, b + 1)
+
+
+def _parse_size(text: str) -> tuple[int, int]:
+    try:
+        w, _, h = text.lower().partition("x")
+        return int(w), int(h or w)
+    except ValueError:
+        raise BadInput(f"--size {text!r}: use WIDTHxHEIGHT, e.g. 512x512") from None
+
+
+def cmd_passes(args: argparse.Namespace) -> int:
+    import bpy
+
+    from .addon.blender.passes import PassOptions, make_passes
+
+    shot = Path(args.shot)
+    if not shot.is_file() or shot.suffix.lower() != ".blend":
+        raise BadInput(f"{str(shot)!r} is not a .blend file: give the shot to render")
+    width, height = _parse_size(args.size)
+    passes = tuple(p.strip() for p in args.passes.split(",") if p.strip())
+    bpy.ops.wm.open_mainfile(filepath=str(shot))
+    scene = bpy.context.scene
+    frames = _parse_frames(args.frames) if args.frames else range(scene.frame_start,
+                                                                   scene.frame_end + 1)
+    opts = PassOptions(frames=frames, width=width, height=height, engine=args.engine,
+                       passes=passes)
+    bar = _frame_bar(len(frames))
+    summary = make_passes(scene, opts, Path(args.out), progress=bar)
+    for w in summary["warnings"]:
+        print(f"warning: {w}", file=sys.stderr)
+    print(f"passes: {summary['written']}/{summary['frames']} frames in {summary['out']} "
+          f"(near {summary['near']:.3f} m, far {summary['far']:.3f} m)")
+    return 0
+
+
+def _frame_bar(total: int):
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    bar = tqdm(total=total, unit="frame", disable=not sys.stderr.isatty())
+
+    def update(done: int, _total: int, frame: int) -> None:
+        bar.n = done
+        bar.set_description(f"frame {frame}")
+        bar.refresh()
+
+    return update
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.what == "retarget":
         from .bench.retarget import main as bench_main
@@ -141,6 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--target-map", default="auto", help="target bone map: auto, preset, file")
     r.add_argument("--out", help="write SHOT.blend with the character and baked action(s)")
     r.add_argument("--report", help="write a JSON report")
+    r.add_argument("--clip-action", help="the animation to use when a clip holds several")
     r.add_argument("--in-place", action="store_true", help="drop horizontal root motion")
     r.add_argument("--no-foot-lock", action="store_true", help="do not pin feet in contact")
     r.add_argument("--ground", choices=("floor", "keep"), default="floor",
@@ -153,6 +216,16 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--fps", type=float, default=24.0)
     d.add_argument("--kind", default="walk", help="walk, run, jump, turn, wave, sit")
     d.set_defaults(func=cmd_demo)
+
+    p_ = sub.add_parser("passes", help="render control passes of a shot")
+    p_.add_argument("shot", help="SHOT.blend (a character with an action, and a camera)")
+    p_.add_argument("--frames", help="FIRST-LAST (default: the scene's range)")
+    p_.add_argument("--size", default="512x512", help="WIDTHxHEIGHT")
+    p_.add_argument("--engine", choices=("fast", "cycles"), default="fast")
+    p_.add_argument("--passes", default="depth,normal,skeleton,mask,parts,motion",
+                    help="comma list of depth,normal,skeleton,mask,parts,motion,beauty")
+    p_.add_argument("--out", required=True, help="output folder (re-running resumes)")
+    p_.set_defaults(func=cmd_passes)
 
     b = sub.add_parser("bench", help="speed benchmarks (ratio against a baseline in one run)")
     b.add_argument("what", choices=("retarget",))

@@ -94,7 +94,7 @@ def main(frames: int = 2400) -> int:
     opts = RetargetOptions(ground="keep", foot_lock=False)
     with tempfile.TemporaryDirectory() as tmp:
         clip = _clip(Path(tmp), frames)
-        with imported_clip(clip) as src:
+        with imported_clip(clip) as (src, _):
             start = int(src.animation_data.action.frame_range[0])
             end = start + frames - 1
             t0 = time.perf_counter()

@@ -755,17 +755,23 @@ def _write_quaternion_keys(cb, bone: str, frames: list[int], quat: np.ndarray) -
 
 
 def setup_demo_scene(arm: bpy.types.Object, scene: bpy.types.Scene | None = None) -> None:
-    """Camera (front, 3.5 m), sun, world colour and 512² render settings for the demo."""
+    """A three-quarter camera that follows the character across the floor, a sun,
+    a world colour and 512² render settings."""
     scene = scene or bpy.context.scene
     scene.render.resolution_x = scene.render.resolution_y = 512
     height = max((v[2] for c in arm.children for v in c.bound_box), default=1.75)
     cam_data = bpy.data.cameras.new("DemoCamera")
     cam = bpy.data.objects.new("DemoCamera", cam_data)
-    # Three-quarter view of the path a walk in -Y takes over a few seconds.
-    cam_data.lens = 35.0
-    cam.location = (6.0, -3.8, 0.7 * height)
-    aim = Vector((0.0, -2.3, 0.5 * height)) - Vector(cam.location)
+    # Three-quarter front view; the camera keeps its offset to the hips in the
+    # floor plane (Copy Location with offset), so a walk stays framed.
+    cam_data.lens = 45.0
+    cam.location = (1.9, -3.0, 0.62 * height)
+    aim = Vector((0.0, 0.0, 0.5 * height)) - Vector(cam.location)
     cam.rotation_euler = aim.to_track_quat("-Z", "Y").to_euler()
+    follow = cam.constraints.new("COPY_LOCATION")
+    follow.target, follow.subtarget = arm, DEMO_BONE_MAP["hips"]
+    follow.use_z = False
+    follow.use_offset = True
     scene.collection.objects.link(cam)
     scene.camera = cam
     sun_data = bpy.data.lights.new("DemoSun", "SUN")

@@ -282,7 +282,15 @@ def test_save_demo_blend(bpy_clean, tmp_path):
     bpy.ops.wm.open_mainfile(filepath=str(out))
     scene = bpy.context.scene
     assert scene.name == "PaintedSkinDemo"
-    assert scene.camera is not None and scene.camera.location.y < -3.0
+    assert scene.camera is not None
+    # The camera is in front of the character (it faces -Y) and frames it.
+    from bpy_extras.object_utils import world_to_camera_view
+
+    arm = next(o for o in scene.objects if o.type == "ARMATURE")
+    for bone in ("spine", "spine.006", "foot.L"):
+        p = world_to_camera_view(scene, scene.camera, arm.matrix_world @ arm.pose.bones[bone].head)
+        assert 0.05 < p.x < 0.95 and 0.05 < p.y < 0.95 and p.z > 0, bone
+    assert scene.camera.matrix_world.translation.y < -1.0
     kinds = Counter(o.type for o in scene.objects)
     assert kinds["ARMATURE"] == 1 and kinds["MESH"] == 2 and kinds["LIGHT"] == 1
 

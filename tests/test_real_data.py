@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from painted_skin.addon.blender import session
-from painted_skin.addon.blender.armature_io import action_channelbag
+from painted_skin.addon.blender.armature_io import action_channelbag, read_skeleton
+from painted_skin.addon.core.bonemap import auto_map
 from painted_skin.addon.core.bvh import parse_bvh, write_bvh_clip
 from painted_skin.addon.core.retarget import RetargetOptions
 from painted_skin.rigs import humanoid
@@ -38,13 +39,6 @@ ROBOT = "characters/RobotExpressive.glb"  # UpperLegL, IK helpers, 14 animations
 SHORT = 120  # frames kept from each BVH clip: 1 s at 120 fps
 LIMBS = ("leftUpperArm", "rightUpperArm", "leftLowerArm", "rightLowerArm",
          "leftUpperLeg", "rightUpperLeg", "leftLowerLeg", "rightLowerLeg")
-ROBOT_FEET = (
-    "RobotExpressive's FootL/FootR are children of the root 'Bone' (IK targets), not of "
-    "the shins, and the glTF importer leaves 'Bone' posed away from its bind pose; the "
-    "solver's forward kinematics assumes every foot hangs off its lower leg and that "
-    "unkeyed bones sit at rest, so the feet stay put and the body floats")
-
-
 # --------------------------------------------------------------------------- helpers
 def short_bvh(data: Path, rel: str, out_dir: Path, frames: int = SHORT) -> Path:
     """The clip's first ``frames`` frames, written as a BVH into ``out_dir``."""
@@ -83,11 +77,27 @@ def clip_frames(report) -> range:
     return range(report.frame_start, report.frame_start + report.frames)
 
 
+# Each character's foot joints (incl. toes) and their lowest height as imported (its
+# floor), by armature name: the engine puts the clip's lowest foot joint there.
+FLOOR_AS_IMPORTED: dict[str, tuple[list[str], float]] = {}
+
+
 def retarget(bpy, clip: Path, character: Path, **options):
-    """One clip onto one character in a fresh scene: (report, armature)."""
+    """One clip onto one character in a fresh scene: (report, armature). Records where
+    the character's feet stood as imported (importers may leave a root bone posed)."""
+    from painted_skin.addon.blender.importers import import_character
+    from painted_skin.addon.blender.retarget_api import retarget_clip
+
     opts = RetargetOptions(**options) if options else None
-    (report,) = session.retarget_files([clip], character, options=opts)
-    return report, bpy.data.objects[report.target]
+    session.reset_scene()
+    arm = import_character(character)
+    bmap = auto_map(read_skeleton(arm)).bones
+    feet = [bmap[c] for c in ("leftFoot", "rightFoot", "leftToes", "rightToes") if c in bmap]
+    bpy.context.view_layer.update()
+    FLOOR_AS_IMPORTED[arm.name] = (feet, min((arm.matrix_world @ arm.pose.bones[b].head).z
+                                             for b in feet))
+    report = retarget_clip(clip, arm, options=opts)
+    return report, arm
 
 
 def check_report_and_action(bpy, report, arm, frames: int, fps: float) -> None:
@@ -137,13 +147,12 @@ def check_upright(bpy, report, arm) -> np.ndarray:
 
 
 def check_on_floor(bpy, report, arm, tol: float = 0.03) -> None:
-    """The clip's lowest foot joint meets the character's rest foot height, and each
+    """The clip's lowest foot joint meets the character's foot height as imported, and each
     foot stays at the end of its shin (the feet follow the legs)."""
     t = target_of(report)
-    feet = [t[c] for c in ("leftFoot", "rightFoot", "leftToes", "rightToes") if c in t]
+    feet, floor = FLOOR_AS_IMPORTED[arm.name]
     shins = [t["leftLowerLeg"], t["rightLowerLeg"], t["leftFoot"], t["rightFoot"]]
     pos = track(bpy, arm, feet + shins, clip_frames(report))
-    floor = rest_heads(arm, feet)[:, 2].min()
     lowest = pos[:, :len(feet), 2].min()
     assert abs(lowest - floor) < tol, f"lowest foot joint {lowest:.3f} m, floor {floor:.3f} m"
     rest = rest_heads(arm, shins)
@@ -194,7 +203,7 @@ def test_bvh_clip_onto_character(bpy_clean, shared_data, tmp_path, clip, charact
 @pytest.mark.parametrize("character", [
     pytest.param(HUMAN, id="human-male"),
     pytest.param(KAYKIT, id="kaykit"),
-    pytest.param(ROBOT, id="robot", marks=pytest.mark.xfail(strict=True, reason=ROBOT_FEET)),
+    pytest.param(ROBOT, id="robot"),  # IK-target feet under the root bone
 ])
 def test_bvh_walk_keeps_feet_on_the_floor(bpy_clean, shared_data, tmp_path, character):
     report, arm = retarget(bpy_clean, short_bvh(shared_data, WALK, tmp_path),
@@ -297,14 +306,35 @@ def test_gltf_robot_as_source_clip(bpy_clean, shared_data):
     assert "RobotArmature" not in bpy_clean.data.objects
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a multi-animation glTF clip silently uses whichever action the importer left "
-    "active (the first, 'Dance'); there is no way to pick one and the report does "
-    "not say which was used"))
+def test_fbx_clip_leaves_scene_rate_alone_without_set_scene(bpy_clean, shared_data):
+    """Blender's FBX importer sets the scene's fps to the file's; importing a clip for
+    its motion must not change the user's scene."""
+    from painted_skin.addon.blender.importers import import_character
+    from painted_skin.addon.blender.retarget_api import retarget_clip
+
+    arm = import_character(shared_data / HUMAN)
+    render = bpy_clean.context.scene.render
+    render.fps, render.fps_base = 25, 1.0
+    report = retarget_clip(shared_data / FBX_JUMP, arm, set_scene=False)
+    assert report.fps == 30.0  # the clip's own rate is still what is reported
+    assert (render.fps, render.fps_base) == (25, 1.0)
+
+
 def test_gltf_clip_with_many_animations_says_which_one(bpy_clean, shared_data):
     report, _ = retarget(bpy_clean, shared_data / ROBOT, shared_data / HUMAN)
-    said = " ".join(report.warnings) + report.action
-    assert "Dance" in said
+    said = " ".join(report.warnings)
+    assert "Dance" in said and "Walking" in said and "--clip-action" in said
+
+
+def test_gltf_clip_action_can_be_chosen(bpy_clean, shared_data):
+    from painted_skin.addon.blender.importers import import_character
+    from painted_skin.addon.blender.retarget_api import RetargetError, retarget_clip
+
+    arm = import_character(shared_data / HUMAN)
+    report = retarget_clip(shared_data / ROBOT, arm, clip_action="Walking")
+    assert not report.warnings and report.fps == 24.0
+    with pytest.raises(RetargetError, match="no animation 'Moonwalk'.*Walking"):
+        retarget_clip(shared_data / ROBOT, arm, clip_action="Moonwalk")
 
 
 # --------------------------------------------------------------------------- CLI

@@ -85,9 +85,9 @@ def _sample(fc, frames: np.ndarray) -> np.ndarray:
     """Values of an F-Curve on integer ``frames``; keys are used directly when
     they sit on exactly those frames (the common baked-mocap case)."""
     n = len(fc.keyframe_points)
-    co = np.empty(n * 2, dtype=np.float64)
+    co = np.empty(n * 2, dtype=np.float32)  # the property's own type: 2x faster than f64
     fc.keyframe_points.foreach_get("co", co)
-    co = co.reshape(n, 2)
+    co = co.reshape(n, 2).astype(np.float64)
     if n == len(frames) and np.allclose(co[:, 0], frames, atol=1e-4) and not len(fc.modifiers):
         return co[:, 1].copy()
     return np.array([fc.evaluate(float(f)) for f in frames])

@@ -137,11 +137,15 @@ def import_character(path: str | Path) -> bpy.types.Object:
 
 
 @contextlib.contextmanager
-def imported_clip(path: str | Path) -> Iterator[bpy.types.Object]:
-    """Import a motion clip, yield its animated armature, then remove every
-    datablock the import created (the motion is read while inside)."""
+def imported_clip(path: str | Path) -> Iterator[tuple[bpy.types.Object, list]]:
+    """Import a motion clip, yield (its animated armature, the actions the import
+    made), then remove every datablock the import created (read inside)."""
     path = _check_file(Path(path), CLIP_TYPES, "clip")
     snap = SceneSnapshot()
+    # The FBX importer sets the scene's frame rate to the file's: keep it while the
+    # motion is read (read_motion samples at the scene rate), then put it back.
+    render = bpy.context.scene.render
+    rate = render.fps, render.fps_base
     try:
         try:
             _run_importer(path)
@@ -153,6 +157,7 @@ def imported_clip(path: str | Path) -> Iterator[bpy.types.Object]:
                 and o.animation_data is not None and o.animation_data.action is not None]
         if not arms:
             raise ImportFailed(f"clip {path.name!r} has no animated armature: nothing to retarget")
-        yield max(arms, key=lambda o: len(o.data.bones))
+        yield max(arms, key=lambda o: len(o.data.bones)), snap.new("actions")
     finally:
         snap.remove_new()
+        render.fps, render.fps_base = rate

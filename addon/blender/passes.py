@@ -24,7 +24,7 @@ import bpy
 import numpy as np
 
 from ..core import encodings
-from ..core.raster import interpolate, motion_vectors, rasterize
+from ..core.raster import inside_closed_mesh, interpolate, motion_vectors, rasterize
 from .shot_geometry import FrameGeometry, ShotError, ShotGeometry
 
 PASSES = ("depth", "normal", "skeleton", "mask", "parts", "motion", "beauty")
@@ -220,8 +220,9 @@ def _write_frame(out: Path, f: int, arrays: dict, opts: PassOptions, near: float
         write_png(out / "parts" / f"{name}.png", arrays["parts"])
         write_png(out / "parts_color" / f"{name}.png", encodings.parts_to_color(arrays["parts"]))
     if "motion" in want:
-        write_exr(out / "motion" / f"{name}.exr", arrays["motion"],
-                  ["prev.U", "prev.V", "next.U", "next.V"])
+        # R,G = previous (u, v), B,A = next (u, v): EXR readers sort other channel
+        # names alphabetically, which would put "next" before "prev".
+        write_exr(out / "motion" / f"{name}.exr", arrays["motion"], ["R", "G", "B", "A"])
     if "beauty" in want:
         rgba = np.clip(arrays["beauty"], 0, 1)
         srgb = np.where(rgba[..., :3] <= 0.0031308, rgba[..., :3] * 12.92,
@@ -237,13 +238,21 @@ def _write_frame(out: Path, f: int, arrays: dict, opts: PassOptions, near: float
     _write_json(out / "camera" / f"{name}.json", {"frame": f, "camera": g.camera.to_dict()})
 
 
-def skeleton_pass(g: FrameGeometry, depth: np.ndarray) -> tuple[np.ndarray, dict] | None:
+def skeleton_pass(g: FrameGeometry, depth: np.ndarray,
+                  head_rest: np.ndarray | None) -> tuple[np.ndarray, dict] | None:
     """OpenPose drawing + JSON of one frame, or None without a humanoid map."""
     if not g.joints:
         return None
     from ..core import openpose
 
-    return openpose.render_frame(g.joints, g.camera, depth)
+    pose = {c: openpose.JointPose(head=h, tail=t, matrix=m) for c, (h, t, m) in g.joints.items()}
+    points = openpose.joints_3d(pose, head_rest=head_rest)
+    kp = openpose.project_skeleton(points, g.camera, depth)
+    hands = (kp["hand_left"], kp["hand_right"])
+    cam = g.camera
+    image = openpose.draw_openpose(kp["body25"], hands, cam.width, cam.height, face=kp["face"])
+    data = openpose.openpose_json(kp["body25"], hands, kp["face"], cam.width, cam.height)
+    return image, data
 
 
 def make_passes(scene: bpy.types.Scene, opts: PassOptions, out: Path,
@@ -287,6 +296,7 @@ def make_passes(scene: bpy.types.Scene, opts: PassOptions, out: Path,
             # Each frame is evaluated once: the next frame's geometry (needed for
             # its motion vectors) is kept for the following iteration.
             g = cache.get(f) or geo.frame(f, with_joints=joints)
+            _check_camera_outside(geo, g)
             if rendered is None:
                 prev = nxt = None
                 if "motion" in want:
@@ -298,9 +308,8 @@ def make_passes(scene: bpy.types.Scene, opts: PassOptions, out: Path,
                 arrays = rendered
                 if "parts" in want:
                     arrays["parts"] = fast_frame(geo, g, None, None, {"parts"})["parts"]
-            if f == todo[0]:
-                _check_camera_outside(arrays, g)
-            skel = skeleton_pass(g, arrays["depth"]) if "skeleton" in want else None
+            skel = (skeleton_pass(g, arrays["depth"], geo.head_rest) if "skeleton" in want
+                    else None)
             _write_frame(out, f, arrays, opts, near, far, g, skel)
             done += 1
             if progress:
@@ -311,14 +320,9 @@ def make_passes(scene: bpy.types.Scene, opts: PassOptions, out: Path,
             "warnings": warnings, "out": str(out)}
 
 
-def _check_camera_outside(arrays: dict, g: FrameGeometry) -> None:
-    """A camera inside the mesh sees mostly back faces: refuse, say so."""
-    mask = arrays["mask"]
-    normal = arrays.get("normal")
-    if normal is None or mask.sum() < 0.5 * mask.size:
-        return
-    # Camera space: +z points at the viewer; back faces have normals pointing away.
-    back = (normal[..., 2][mask] < -0.05).mean()
-    if back > 0.5:
+def _check_camera_outside(geo: ShotGeometry, g: FrameGeometry) -> None:
+    """A camera inside the character sees its inside: refuse and say so."""
+    eye = g.camera.world[:3, 3]
+    if inside_closed_mesh(eye, g.positions, geo.tris):
         raise ShotError("the camera is inside the character's mesh: move it out "
-                        f"(camera at {g.camera.world[:3, 3].round(3).tolist()})")
+                        f"(camera at {eye.round(3).tolist()})")

@@ -66,10 +66,45 @@ class SourceMotion:
     name: str
     skeleton: Skeleton
     motion: Motion
+    warnings: list[str] = field(default_factory=list)
 
 
-def load_source(source: str | Path | bpy.types.Object) -> SourceMotion:
-    """Read a clip file (BVH/FBX/glTF) or an animated armature in the scene."""
+def _choose_action(arm: bpy.types.Object, new_actions: list, clip_action: str | None,
+                   clip_name: str) -> list[str]:
+    """Assign the clip action to read when a file holds several (glTF, FBX takes)."""
+    from bpy_extras import anim_utils
+
+    candidates = [a for a in new_actions
+                  if any(fc.data_path.startswith("pose.bones[")
+                         for bag in _channelbags(a) for fc in bag.fcurves)]
+    names = [a.name for a in candidates]
+    ad = arm.animation_data
+    if clip_action:
+        chosen = next((a for a in candidates if a.name == clip_action), None)
+        if chosen is None:
+            raise RetargetError(f"clip {clip_name!r} has no animation {clip_action!r}: "
+                                f"choose one of {', '.join(names) or '(none)'}")
+        ad.action = chosen
+        ad.action_slot = anim_utils.action_get_first_suitable_slot(chosen, "OBJECT")
+        return []
+    if len(candidates) > 1 and ad.action is not None:
+        return [f"clip {clip_name!r} holds {len(candidates)} animations "
+                f"({', '.join(names)}); used {ad.action.name!r} — pick another with "
+                "--clip-action NAME"]
+    return []
+
+
+def _channelbags(action) -> list:
+    return [bag for layer in action.layers for strip in layer.strips
+            for bag in strip.channelbags]
+
+
+def load_source(source: str | Path | bpy.types.Object,
+                clip_action: str | None = None) -> SourceMotion:
+    """Read a clip file (BVH/FBX/glTF) or an animated armature in the scene.
+
+    ``clip_action`` names the animation to use when the file holds several.
+    """
     if isinstance(source, bpy.types.Object):
         if source.type != "ARMATURE":
             raise RetargetError(f"source {source.name!r} is not an armature: pick the mocap "
@@ -80,7 +115,8 @@ def load_source(source: str | Path | bpy.types.Object) -> SourceMotion:
         return SourceMotion(source.name, skel, read_motion(source, skel))
     path = Path(source)
     try:
-        with imported_clip(path) as arm:
+        with imported_clip(path) as (arm, new_actions):
+            warnings = _choose_action(arm, new_actions, clip_action, path.name)
             skel = read_skeleton(arm)
             motion = read_motion(arm, skel)
     except ImportFailed as e:
@@ -88,7 +124,7 @@ def load_source(source: str | Path | bpy.types.Object) -> SourceMotion:
     if path.suffix.lower() == ".bvh":
         # The BVH importer keys one frame per sample: the file's own rate is the clip's rate.
         motion.fps = snap_fps(parse_bvh_header_fps(path))
-    return SourceMotion(path.stem, skel, motion)
+    return SourceMotion(path.stem, skel, motion, warnings)
 
 
 def snap_fps(fps: float) -> float:
@@ -121,6 +157,7 @@ def retarget_clip(
     action_name: str | None = None,
     set_scene: bool = True,
     progress: Progress | None = None,
+    clip_action: str | None = None,
 ) -> RetargetReport:
     """Retarget ``source`` onto the armature ``target`` and bake an Action.
 
@@ -132,7 +169,7 @@ def retarget_clip(
         raise RetargetError("no target armature: choose the character's armature")
     t0 = time.perf_counter()
     report(0.05, "reading clip")
-    src = load_source(source)
+    src = load_source(source, clip_action)
     if src.motion.frames < 1:
         raise RetargetError(f"clip {src.name!r} has no frames")
     t_read = time.perf_counter()
@@ -140,12 +177,15 @@ def retarget_clip(
     smap = _map_for(src.skeleton, source_map, "source clip")
     tgt_skel = read_skeleton(target)
     tmap = _map_for(tgt_skel, target_map, "target character")
-    warnings = []
+    warnings = list(src.warnings)
     if not any(c.type == "MESH" for c in target.children_recursive):
         warnings.append(f"target {target.name!r} has no mesh: only the armature will move")
     report(0.4, "solving")
     try:
-        result = retarget(src.skeleton, src.motion, smap.bones, tgt_skel, tmap.bones, options)
+        basis_now = np.array([np.array(target.pose.bones[b].matrix_basis)
+                              for b in tgt_skel.names])
+        result = retarget(src.skeleton, src.motion, smap.bones, tgt_skel, tmap.bones, options,
+                          target_basis=basis_now)
     except ValueError as e:
         raise RetargetError(str(e)) from None
     if not np.isfinite(result.basis).all():

@@ -38,6 +38,7 @@ def retarget_files(
     target_map: str = "auto",
     options: RetargetOptions | None = None,
     progress: Callable[[int, str], None] | None = None,
+    clip_action: str | None = None,
 ) -> list[RetargetReport]:
     """Import ``target`` into a fresh scene and retarget every clip onto it.
 
@@ -56,7 +57,8 @@ def retarget_files(
             progress(k, clip.name)
         if reports:
             stash_action(arm)
-        reports.append(retarget_clip(clip, arm, source_map, target_map, options))
+        reports.append(retarget_clip(clip, arm, source_map, target_map, options,
+                                     clip_action=clip_action))
     if progress:
         progress(len(clips), "done")
     return reports

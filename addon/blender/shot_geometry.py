@@ -15,6 +15,7 @@ import numpy as np
 
 from ..core.bonemap import auto_map
 from ..core.encodings import PART_ID, part_of_joint
+from ..core.reference_pose import reference_frames
 from .armature_io import read_skeleton
 from .scene_reader import camera_for
 
@@ -53,13 +54,23 @@ class ShotGeometry:
         self.objects = _render_meshes(scene)
         if not self.objects:
             raise ShotError("the scene has no visible mesh to render")
-        camera_for(scene, width=width, height=height)  # fails early without a camera
+        try:
+            camera_for(scene, width=width, height=height)  # fail early without a camera
+        except ValueError as e:
+            raise ShotError(str(e)) from None
         self.armature = _find_armature(self.objects)
         self.bone_map: dict[str, str] = {}
+        self.head_rest: np.ndarray | None = None
         self.warnings: list[str] = []
         if self.armature is not None:
-            bmap = auto_map(read_skeleton(self.armature))
+            skel = read_skeleton(self.armature)
+            bmap = auto_map(skel)
             self.bone_map = dict(bmap.bones) if not bmap.missing_core else {}
+            if self.bone_map and "head" in self.bone_map:
+                # The head's rotation in the canonical pose (facing -Y): tells the
+                # skeleton pass where the face is.
+                ref = reference_frames(skel, self.bone_map)
+                self.head_rest = ref[skel.index(self.bone_map["head"])]
             if bmap.missing_core:
                 self.warnings.append(
                     f"armature {self.armature.name!r} has no humanoid map (missing "

@@ -48,8 +48,9 @@ CONVENTIONS = {
     "normal_color": "ControlNet 1.1 normalbae (ScanNet protocol): RGB = 255*((-x, y, z)+1)/2 "
                     "in camera space: red = left, green = up, blue = towards the viewer; "
                     "black where empty",
-    "motion": "4 channels float32, pixels: (prev.u, prev.v, next.u, next.v) = where this "
-              "pixel's surface point is in the previous / next frame minus where it is now",
+    "motion": "EXR float32 pixels, channels R,G = (u, v) to the previous frame, B,A = (u, v) "
+              "to the next frame: where this pixel's surface point is in that frame minus "
+              "where it is now (u right, v down); 0 where empty",
     "mask": "uint8 PNG, 255 on the character",
     "parts": "uint8 PNG of part ids (see manifest 'parts'), 0 background",
     "skeleton": "OpenPose JSON (BODY_25 + hands + face) and the ControlNet-style drawing",

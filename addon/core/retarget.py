@@ -21,9 +21,17 @@ from typing import Literal
 
 import numpy as np
 
+from ...rigs.humanoid import canonical_parent
 from .footlock import FootLockResult, foot_skate_cm, lock_feet
 from .reference_pose import reference_frames
-from .skeleton import Motion, Skeleton, affine_inverse, compose, rotations
+from .skeleton import (
+    Motion,
+    Skeleton,
+    affine_inverse,
+    compose,
+    forward_kinematics,
+    rotations,
+)
 from .transforms import matrix_to_quat, quat_slerp, quat_to_matrix
 
 Ground = Literal["floor", "keep"]
@@ -167,10 +175,14 @@ def retarget(
     target: Skeleton,
     target_map: dict[str, str],
     options: RetargetOptions | None = None,
+    target_basis: np.ndarray | None = None,
 ) -> RetargetResult:
     """Retarget ``motion`` of ``source`` onto ``target``.
 
-    ``*_map`` map canonical joint names to bone names.
+    ``*_map`` map canonical joint names to bone names. ``target_basis``: the
+    target's current pose-bone basis matrices (n, 4, 4), default identity. Bones
+    that get no keys (no mapped ancestor, e.g. a glTF root the importer left posed
+    away from the bind pose) keep theirs, and the floor moves with them.
     """
     opts = options or RetargetOptions()
     if "hips" not in source_map or "hips" not in target_map:
@@ -197,18 +209,29 @@ def retarget(
     delta = _delta_for_unmapped(target, delta, has, canonical_of)
 
     r_rest_t = rotations(target.world @ target.rest)
-    w_tgt = np.broadcast_to(r_rest_t, (frames, n, 3, 3)).copy()
+    # Where the target stands: its unmoved bones as posed now, the rest at rest.
+    still_basis = np.broadcast_to(np.eye(4), (n, 4, 4)).copy()
+    if target_basis is not None:
+        still_basis[~has] = np.asarray(target_basis)[~has]
+    still = target.world @ forward_kinematics(target, still_basis[None])[0]
+    w_tgt = np.broadcast_to(rotations(still), (frames, n, 3, 3)).copy()
     w_tgt[:, has] = delta[:, has] @ c_tgt[has]
 
     # Root translation.
     scale = opts.root_scale or leg_length(target, target_map) / leg_length(source, source_map)
     hips_s, hips_t = source.index(source_map["hips"]), target.index(target_map["hips"])
     root = scale * src_world[:, hips_s, :3, 3]
-    rest_heads_t = (target.world @ target.rest)[:, :3, 3]
+    rest_heads_t = still[:, :3, 3]
     if opts.in_place:
         root[:, :2] = rest_heads_t[hips_t, :2]
 
-    positions = _fk_positions(target, w_tgt, root, hips_t)
+    anchors = _anchors(target, target_map)
+    order = _fk_order(target, anchors)
+
+    def _fk(w: np.ndarray) -> np.ndarray:
+        return _fk_positions(target, w, root, hips_t, has, rest_heads_t, anchors, order)
+
+    positions = _fk(w_tgt)
     warnings: list[str] = []
     feet = _foot_indices(target, target_map, ("leftFoot", "rightFoot", "leftToes", "rightToes"))
     if opts.ground == "floor" and feet:
@@ -216,7 +239,7 @@ def retarget(
         # a target standing on its floor in rest stands on it in the clip too.
         shift = rest_heads_t[feet, 2].min() - positions[:, feet, 2].min()
         root[:, 2] += shift
-        positions = _fk_positions(target, w_tgt, root, hips_t)
+        positions = _fk(w_tgt)
 
     foot_result = None
     if opts.foot_lock:
@@ -224,7 +247,7 @@ def retarget(
                                 leg_length(target, target_map))
         if foot_result is not None:
             w_tgt = foot_result.world_rotations
-            positions = _fk_positions(target, w_tgt, root, hips_t)
+            positions = _fk(w_tgt)
             ankles = [target.index(target_map[f"{s}Foot"]) for s in ("left", "right")]
             foot_result.skate_after_cm = float(np.mean([
                 foot_skate_cm(positions[:, a], foot_result.contacts[s])
@@ -232,7 +255,7 @@ def retarget(
         else:
             warnings.append("foot lock skipped: legs are not fully mapped on the target")
 
-    basis = _basis(target, w_tgt, positions, r_rest_t, hips_t)
+    basis = _basis(target, w_tgt, positions, r_rest_t, [hips_t, *anchors])
     keyed = has & (np.abs(basis[..., :3, :] - np.eye(4)[:3]).max(axis=(0, 2, 3)) > 1e-7)
     keyed[hips_t] = True
     return RetargetResult(basis=basis, rotations=w_tgt, positions=positions,
@@ -242,7 +265,7 @@ def retarget(
 
 
 def _basis(skel: Skeleton, w: np.ndarray, pos: np.ndarray, r_rest: np.ndarray,
-           root_index: int) -> np.ndarray:
+           moved: list[int]) -> np.ndarray:
     """Pose-bone basis matrices from world rotations and positions.
 
     With rest world rotations R, a bone's basis rotation is
@@ -259,32 +282,80 @@ def _basis(skel: Skeleton, w: np.ndarray, pos: np.ndarray, r_rest: np.ndarray,
         else:
             basis[:, i, :3, :3] = (r_rest[i].T @ r_rest[p]) @ (w[:, p].swapaxes(-1, -2)
                                                                 @ w[:, i])
-    i, p = root_index, skel.parents[root_index]
     obj_inv = np.linalg.inv(skel.world)
     s = skel.world_scale()
-    m_b = obj_inv @ compose(s * w[:, i], pos[:, i])
     local = skel.local_rest()
-    if p < 0:
-        full = np.linalg.inv(local[i]) @ m_b
-    else:
-        m_p = obj_inv @ compose(s * w[:, p], pos[:, p])
-        full = np.linalg.inv(local[i]) @ affine_inverse(m_p) @ m_b
-    basis[:, i, :3, 3] = full[:, :3, 3]
+    for i in moved:  # the motion root and anchored (IK-target) feet/hands
+        p = skel.parents[i]
+        m_b = obj_inv @ compose(s * w[:, i], pos[:, i])
+        if p < 0:
+            full = np.linalg.inv(local[i]) @ m_b
+        else:
+            m_p = obj_inv @ compose(s * w[:, p], pos[:, p])
+            full = np.linalg.inv(local[i]) @ affine_inverse(m_p) @ m_b
+        basis[:, i, :3, 3] = full[:, :3, 3]
     return basis
 
 
-def _fk_positions(skel: Skeleton, w: np.ndarray, root: np.ndarray, root_index: int) -> np.ndarray:
-    """World head positions from world rotations (F, n, 3, 3) and the root track."""
+# Limb ends that IK rigs often parent elsewhere (RobotExpressive: FootL under the root).
+_ANCHORED = ("leftFoot", "rightFoot", "leftHand", "rightHand")
+
+
+def _anchors(skel: Skeleton, bone_map: dict[str, str]) -> dict[int, int]:
+    """Mapped feet/hands whose bone is not below their canonical parent's bone
+    (IK-target feet): bone -> the bone it must follow rigidly (shin/forearm)."""
+    mapped = {c: skel.index(b) for c, b in bone_map.items() if b in skel}
+    out = {}
+    for c in _ANCHORED:
+        cp = canonical_parent(c, frozenset(mapped)) if c in mapped else None
+        if cp is None:
+            continue
+        j, a = mapped[c], mapped[cp]
+        p = skel.parents[j]
+        while p >= 0 and p != a:
+            p = skel.parents[p]
+        if p < 0:
+            out[j] = a
+    return out
+
+
+def _fk_order(skel: Skeleton, anchors: dict[int, int]) -> list[int]:
+    """Bones ordered so each comes after the bone it hangs from."""
+    order: list[int] = []
+    done: set[int] = set()
+    pending = list(range(len(skel)))
+    while pending:
+        later = []
+        for i in pending:
+            e = anchors.get(i, int(skel.parents[i]))
+            if e < 0 or e in done:
+                order.append(i)
+                done.add(i)
+            else:
+                later.append(i)
+        if len(later) == len(pending):
+            raise ValueError("bone anchors form a cycle")
+        pending = later
+    return order
+
+
+def _fk_positions(skel: Skeleton, w: np.ndarray, root: np.ndarray, root_index: int,
+                  moving: np.ndarray, still: np.ndarray, anchors: dict[int, int],
+                  order: list[int]) -> np.ndarray:
+    """World head positions from world rotations (F, n, 3, 3) and the root track.
+    Bones that do not move keep their ``still`` heads; anchored bones hang from
+    their anchor instead of their parent."""
     rest_world = skel.world @ skel.rest
     r_rest = rotations(rest_world)
     heads = rest_world[:, :3, 3]
     frames, n = w.shape[:2]
     pos = np.empty((frames, n, 3))
-    for i, p in enumerate(skel.parents):
+    for i in order:
+        p = anchors.get(i, int(skel.parents[i]))
         if i == root_index:
             pos[:, i] = root
-        elif p < 0:
-            pos[:, i] = heads[i]
+        elif p < 0 or not moving[i]:
+            pos[:, i] = still[i]
         else:
             offset = r_rest[p].T @ (heads[i] - heads[p])
             pos[:, i] = pos[:, p] + w[:, p] @ offset
