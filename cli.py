@@ -188,7 +188,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.what == "retarget":
         from .bench.retarget import main as bench_main
 
-        return bench_main(frames=args.frames)
+        return bench_main(frames=args.frames or 2400)
+    if args.what == "passes":
+        from .bench.passes import main as bench_passes
+
+        return bench_passes(frames=args.frames or 24)
     raise BadInput(f"unknown benchmark {args.what!r}")
 
 
@@ -228,8 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_.set_defaults(func=cmd_passes)
 
     b = sub.add_parser("bench", help="speed benchmarks (ratio against a baseline in one run)")
-    b.add_argument("what", choices=("retarget",))
-    b.add_argument("--frames", type=int, default=2400)
+    b.add_argument("what", choices=("retarget", "passes"))
+    b.add_argument("--frames", type=int, help="clip length (retarget: 2400, passes: 24)")
     b.set_defaults(func=cmd_bench)
     return p
 

@@ -12,6 +12,7 @@ from painted_skin.addon.core.raster import (
     motion_vectors,
     rasterize,
     surface_points,
+    tune_allocator,
 )
 
 
@@ -438,7 +439,10 @@ def test_tiny_image() -> None:
 
 
 @pytest.mark.slow
-def test_benchmark_sphere_512() -> None:
+@pytest.mark.parametrize("tuned", [False, True])
+def test_benchmark_sphere_512(tuned: bool) -> None:
+    if tuned:  # process-wide; last so that the untuned figure is measured first
+        assert tune_allocator() in (True, False)
     v, tris = uv_sphere(128, 130)  # 33,024 triangles
     cam = Camera(width=512, height=512, fx=600.0, fy=600.0, cx=256.0, cy=256.0, near=0.1,
                  far=100.0)
@@ -449,5 +453,6 @@ def test_benchmark_sphere_512() -> None:
         t0 = time.perf_counter()
         rasterize(verts, tris, cam)
         times.append(time.perf_counter() - t0)
-    print(f"raster: {len(tris)} tris, coverage {frag.mask.mean():.3f}, "
+    label = "raster (tuned allocator)" if tuned else "raster"
+    print(f"{label}: {len(tris)} tris, coverage {frag.mask.mean():.3f}, "
           f"{1e3 * np.median(times):.1f} ms/frame (min {1e3 * min(times):.1f})")

@@ -255,6 +255,36 @@ def skeleton_pass(g: FrameGeometry, depth: np.ndarray,
     return image, data
 
 
+def iter_frames(scene: bpy.types.Scene, geo: ShotGeometry, opts: PassOptions,
+                frames: list[int]) -> Iterator[tuple[int, FrameGeometry, dict, tuple | None]]:
+    """The engine: yields (frame, geometry, pass arrays, skeleton image+JSON or None)."""
+    want = set(opts.passes)
+    if opts.engine == "cycles":
+        source = _cycles_frames(scene, frames, opts)
+    else:
+        source = ((f, None) for f in frames)
+    cache: dict[int, FrameGeometry] = {}
+    joints = "skeleton" in want
+    for f, rendered in source:
+        # Each frame is evaluated once: the next frame's geometry (needed for
+        # its motion vectors) is kept for the following iteration.
+        g = cache.get(f) or geo.frame(f, with_joints=joints)
+        _check_camera_outside(geo, g)
+        if rendered is None:
+            prev = nxt = None
+            if "motion" in want:
+                prev = cache.get(f - 1) or geo.frame(f - 1)
+                nxt = geo.frame(f + 1, with_joints=joints)
+            arrays = fast_frame(geo, g, prev, nxt, want)
+            cache = {f: g} if nxt is None else {f: g, f + 1: nxt}
+        else:
+            arrays = rendered
+            if "parts" in want:
+                arrays["parts"] = fast_frame(geo, g, None, None, {"parts"})["parts"]
+        skel = skeleton_pass(g, arrays["depth"], geo.head_rest) if joints else None
+        yield f, g, arrays, skel
+
+
 def make_passes(scene: bpy.types.Scene, opts: PassOptions, out: Path,
                 progress: Progress | None = None,
                 cancelled: Callable[[], bool] | None = None) -> dict:
@@ -284,32 +314,9 @@ def make_passes(scene: bpy.types.Scene, opts: PassOptions, out: Path,
         done = len(opts.frames) - len(todo)
         if progress:
             progress(done, len(opts.frames), opts.frames.start)
-        if opts.engine == "cycles":
-            source = _cycles_frames(scene, todo, opts)
-        else:
-            source = ((f, None) for f in todo)
-        cache: dict[int, FrameGeometry] = {}
-        joints = "skeleton" in want
-        for f, rendered in source:
+        for f, g, arrays, skel in iter_frames(scene, geo, opts, todo):
             if cancelled and cancelled():
                 break
-            # Each frame is evaluated once: the next frame's geometry (needed for
-            # its motion vectors) is kept for the following iteration.
-            g = cache.get(f) or geo.frame(f, with_joints=joints)
-            _check_camera_outside(geo, g)
-            if rendered is None:
-                prev = nxt = None
-                if "motion" in want:
-                    prev = cache.get(f - 1) or geo.frame(f - 1)
-                    nxt = geo.frame(f + 1, with_joints=joints)
-                arrays = fast_frame(geo, g, prev, nxt, want)
-                cache = {f: g} if nxt is None else {f: g, f + 1: nxt}
-            else:
-                arrays = rendered
-                if "parts" in want:
-                    arrays["parts"] = fast_frame(geo, g, None, None, {"parts"})["parts"]
-            skel = (skeleton_pass(g, arrays["depth"], geo.head_rest) if "skeleton" in want
-                    else None)
             _write_frame(out, f, arrays, opts, near, far, g, skel)
             done += 1
             if progress:

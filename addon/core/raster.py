@@ -11,17 +11,25 @@ Pipeline (no Python loop over triangles):
    its own barycentrics onto the original triangle's, so attributes stay right;
 2. projection, winding normalisation (both sides are drawn), bounding boxes of the
    pixel centres a triangle can cover, culling of empty boxes;
-3. triangles grouped by box size class (1, 2, 4, ... ``_TILE`` pixels square); each
-   class enumerates its candidate pixels by broadcasting; boxes larger than ``_TILE``
-   are split into ``_TILE``-square tiles processed in bounded chunks;
+3. triangles grouped by box size class (rectangles whose sides come from ``_SIDES``,
+   1..``_TILE`` pixels); each class enumerates its candidate pixels by broadcasting;
+   boxes larger than ``_TILE`` are split into ``_TILE``-square tiles; every class is
+   processed in chunks of at most ``_CHUNK`` candidates (bounded memory);
 4. edge-function inside test with the top-left tie rule, evaluated so that the two
    triangles sharing an edge compute exactly opposite values (no cracks, no double
    coverage);
-5. z-resolve: one sort on a (pixel, depth) integer key, nearest fragment per pixel.
+5. z-resolve with ``np.minimum.at`` into the depth image (fast in numpy >= 1.25), in
+   bounded batches; perspective-correct barycentrics only for the winners.
+
+Speed: ~30 ms per 512x512 frame for a 33k-triangle mesh covering 22 % of the image on
+2 cores, of which ~10 ms are page faults from glibc handing freed arrays back to the
+OS; :func:`tune_allocator` (opt-in, process-wide) removes them (~20 ms).
 """
 
 from __future__ import annotations
 
+import ctypes
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -32,7 +40,7 @@ from .camera import Camera
 _TILE = 32  # largest candidate box side; bigger boxes are tiled
 _CHUNK = 1 << 20  # max candidate pixels evaluated at once (bounds memory)
 _FLUSH = 1 << 22  # z-resolve once this many fragments are pending
-_MARGIN = 1e-6  # pixels
+_MARGIN = 1e-6  # pixels of slack on the candidate boxes (see _setup)
 _TINY = np.float64(5e-324)  # smallest subnormal: ``E >= _TINY`` is ``E > 0`` exactly
 
 
@@ -365,6 +373,21 @@ def rasterize(verts_cam: np.ndarray, tris: np.ndarray, cam: Camera) -> Fragments
     tri_img[pix] = s.src[t]
     bary_img[pix] = b
     return frag
+
+
+def tune_allocator(mmap_threshold: int = 32 << 20, trim_threshold: int = 512 << 20) -> bool:
+    """Opt-in, process-wide: make glibc keep freed memory instead of returning it to the
+    OS at once, so the rasteriser's per-frame arrays do not page-fault every frame
+    (about a third of its time). Linux/glibc only; returns whether it took effect."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        m_trim_threshold, m_mmap_threshold = -1, -3  # from <malloc.h>
+        return bool(libc.mallopt(m_mmap_threshold, int(mmap_threshold))
+                    and libc.mallopt(m_trim_threshold, int(trim_threshold)))
+    except (OSError, AttributeError):
+        return False
 
 
 def interpolate(frag: Fragments, values: np.ndarray, tris: np.ndarray | None = None
