@@ -148,6 +148,9 @@ def cmd_passes(args: argparse.Namespace) -> int:
     import bpy
 
     from .addon.blender.passes import PassOptions, make_passes
+    from .addon.core.raster import tune_allocator
+
+    tune_allocator()  # a render process of our own: keep freed memory (see raster.py)
 
     shot = Path(args.shot)
     if not shot.is_file() or shot.suffix.lower() != ".blend":
@@ -190,7 +193,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         return bench_main(frames=args.frames or 2400)
     if args.what == "passes":
+        from .addon.core.raster import tune_allocator
         from .bench.passes import main as bench_passes
+
+        tune_allocator()
 
         return bench_passes(frames=args.frames or 24)
     raise BadInput(f"unknown benchmark {args.what!r}")

@@ -24,7 +24,7 @@ import bpy
 import numpy as np
 
 from ..core import encodings
-from ..core.raster import inside_closed_mesh, interpolate, motion_vectors, rasterize
+from ..core.raster import inside_closed_mesh, motion_vectors, rasterize
 from .shot_geometry import FrameGeometry, ShotError, ShotGeometry
 
 PASSES = ("depth", "normal", "skeleton", "mask", "parts", "motion", "beauty")
@@ -168,10 +168,14 @@ def fast_frame(geo: ShotGeometry, g: FrameGeometry, prev: FrameGeometry | None,
     frag = rasterize(verts_cam, geo.tris, cam)
     out: dict[str, np.ndarray] = {"depth": frag.depth, "mask": frag.mask}
     if "normal" in want:
-        n_world = interpolate(frag, g.corner_normals)
-        n_cam = n_world @ cam.view[:3, :3].T
-        norm = np.linalg.norm(n_cam, axis=-1, keepdims=True)
-        out["normal"] = np.where(norm > 0, n_cam / np.maximum(norm, 1e-12), 0).astype(np.float32)
+        # Only the covered pixels (a fraction of the image) are interpolated and turned.
+        m = frag.mask
+        b = frag.bary[m].astype(np.float64)
+        n = np.einsum("nk,nkc->nc", b, g.corner_normals[frag.tri[m]]) @ cam.view[:3, :3].T
+        n /= np.maximum(np.linalg.norm(n, axis=-1, keepdims=True), 1e-12)
+        normal = np.zeros(frag.depth.shape + (3,), np.float32)
+        normal[m] = n
+        out["normal"] = normal
     if "parts" in want:
         corner = np.argmax(frag.bary, axis=-1)
         vid = geo.tris[np.maximum(frag.tri, 0), corner]
@@ -330,6 +334,9 @@ def make_passes(scene: bpy.types.Scene, opts: PassOptions, out: Path,
 def _check_camera_outside(geo: ShotGeometry, g: FrameGeometry) -> None:
     """A camera inside the character sees its inside: refuse and say so."""
     eye = g.camera.world[:3, 3]
+    lo, hi = g.positions.min(axis=0), g.positions.max(axis=0)
+    if np.any(eye < lo) or np.any(eye > hi):
+        return  # outside the bounding box: no need for the ray test
     if inside_closed_mesh(eye, g.positions, geo.tris):
         raise ShotError("the camera is inside the character's mesh: move it out "
                         f"(camera at {eye.round(3).tolist()})")
