@@ -169,3 +169,33 @@ def test_fast_motion_vectors_pin_sign_and_order(bpy_clean, tmp_path):
     prev, nxt = mv[mask][:, :2], mv[mask][:, 2:]
     assert np.allclose(nxt, [8.0, -4.0], atol=1e-3)  # next: right and up (v down)
     assert np.allclose(prev, [-8.0, 4.0], atol=1e-3)
+
+
+def test_panel_operators_render_and_preview(bpy_clean, shot_blend, tmp_path):
+    """The Passes section: the operator writes the scene's range; preview fills an image."""
+    import painted_skin
+
+    bpy = bpy_clean
+    open_shot(bpy, shot_blend)
+    painted_skin.register()
+    try:
+        scene = bpy.context.scene
+        scene.frame_start, scene.frame_end = 3, 4
+        s = scene.painted_skin_passes
+        s.width, s.height, s.out_dir = 48, 32, str(tmp_path / "ui")
+        s.use_parts = False
+        assert bpy.ops.painted_skin.render_passes() == {"FINISHED"}
+        assert sorted(p.name for p in (tmp_path / "ui" / "normal").iterdir()) == [
+            "0003.exr", "0004.exr"]
+        assert not (tmp_path / "ui" / "parts").exists()
+        s.preview = "parts"
+        assert bpy.ops.painted_skin.preview_pass() == {"FINISHED"}
+        img = bpy.data.images["Painted Skin Preview"]
+        px = np.empty(48 * 32 * 4, np.float32)
+        img.pixels.foreach_get(px)
+        assert tuple(img.size) == (48, 32) and px.reshape(-1, 4)[:, :3].max() > 0.1
+        s.width = 64  # other settings into the same folder: refused with a message
+        with pytest.raises(RuntimeError, match="width=48"):
+            bpy.ops.painted_skin.render_passes()
+    finally:
+        painted_skin.unregister()

@@ -1,19 +1,21 @@
-"""Register the add-on's classes in dependency order (props, operators, panel)."""
+"""Register the add-on's classes in dependency order (props, operators, panels)."""
 
 from __future__ import annotations
 
 import bpy
 
-from . import operators, panel, props
+from . import operators, panel, passes_ui, props
 
 
 def register() -> None:
     props.register()
     for cls in operators.CLASSES + panel.CLASSES:
         bpy.utils.register_class(cls)
+    passes_ui.register()
 
 
 def unregister() -> None:
+    passes_ui.unregister()
     for cls in reversed(operators.CLASSES + panel.CLASSES):
         bpy.utils.unregister_class(cls)
     props.unregister()
