@@ -112,7 +112,11 @@ def _progress_bar(total: int):
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    import bpy
+
     from .addon.blender import session
+    from .addon.blender.passes import PassOptions, make_passes
+    from .addon.core.raster import tune_allocator
 
     out = Path(args.out)
     report = session.build_demo_shot(out, frames=args.frames, fps=args.fps, kind=args.kind)
@@ -122,6 +126,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
           f"{_fmt(report.foot_skate_cm_after)} cm/frame")
     print(f"Saved: '{out / 'shot.blend'}'")
     print(f"Report: '{out / 'report.json'}'")
+    tune_allocator()
+    scene = bpy.context.scene
+    frames = range(scene.frame_start, scene.frame_end + 1)
+    summary = make_passes(scene, PassOptions(frames=frames, width=512, height=512),
+                          out / "passes", progress=_frame_bar(len(frames)))
+    print(f"Passes: {summary['written']} frames in '{out / 'passes'}'")
     return 0
 
 

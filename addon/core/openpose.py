@@ -136,8 +136,11 @@ HEEL_DOWN, HEEL_BACK = 0.40, 0.05
 # Neck-MidHip distance is NOMINAL_TORSO (scaled per character by body_scale): added to
 # the depth-test tolerance because joints are inside the mesh.
 NOMINAL_TORSO = 0.52
+# Torso joints sit deep inside the body and under the chin: with smaller margins the
+# neck and hips of a plain three-quarter view were marked occluded on the demo shot,
+# which drops the whole torso from the ControlNet drawing.
 BODY25_MARGIN: np.ndarray = np.array([
-    0.01, 0.07, 0.06, 0.045, 0.035, 0.06, 0.045, 0.035, 0.12, 0.09, 0.06, 0.045, 0.09,
+    0.01, 0.14, 0.09, 0.045, 0.035, 0.09, 0.045, 0.035, 0.16, 0.14, 0.06, 0.045, 0.14,
     0.06, 0.045, 0.01, 0.01, 0.015, 0.015, 0.02, 0.02, 0.02, 0.02, 0.02, 0.02,
 ])
 HAND_MARGIN: np.ndarray = np.array([0.03] + [0.012] * 20)
