@@ -143,15 +143,17 @@ def _scene_fps() -> float:
     return r.fps / r.fps_base
 
 
-def write_action(obj: bpy.types.Object, skel: Skeleton, basis: np.ndarray, keyed: np.ndarray,
-                 frame_start: int, name: str) -> bpy.types.Action:
-    """Bake ``basis`` (F, n, 4, 4) of the ``keyed`` bones into a new Action.
+def write_action(obj: bpy.types.Object, skel: Skeleton, basis_rot: np.ndarray,
+                 basis_loc: np.ndarray, keyed: np.ndarray, frame_start: int,
+                 name: str) -> bpy.types.Action:
+    """Bake basis rotations (F, n, 3, 3) and locations (F, n, 3) of the ``keyed``
+    bones into a new Action.
 
     Rotations are written in each pose bone's own rotation mode; location only
     where a bone actually translates and is not connected to its parent.
     The action is assigned to ``obj``; on any error it is removed again.
     """
-    frames = basis.shape[0]
+    frames = basis_rot.shape[0]
     xs = np.arange(frame_start, frame_start + frames, dtype=np.float64)
     action = bpy.data.actions.new(name)
     try:
@@ -161,7 +163,7 @@ def write_action(obj: bpy.types.Object, skel: Skeleton, basis: np.ndarray, keyed
         keyed_idx = np.flatnonzero(keyed)
         # Convert all keyed bones at once (one numpy call per rotation mode).
         modes = [obj.pose.bones[skel.names[i]].rotation_mode for i in keyed_idx]
-        rot = basis[:, keyed_idx, :3, :3]
+        rot = basis_rot[:, keyed_idx]
         quats = quat_continuity(matrix_to_quat(rot))
         for k, i in enumerate(keyed_idx):
             bname = skel.names[i]
@@ -179,7 +181,7 @@ def write_action(obj: bpy.types.Object, skel: Skeleton, basis: np.ndarray, keyed
             else:
                 values, prop = unwrap_euler(matrix_to_euler(rot[:, k], mode)), "rotation_euler"
             _add_curves(cb, f"{path}.{prop}", values, xs, bname)
-            loc = basis[:, i, :3, 3]
+            loc = basis_loc[:, i]
             if not pb.bone.use_connect and np.abs(loc).max() > 1e-6:
                 _add_curves(cb, f"{path}.location", loc, xs, bname)
         ad = obj.animation_data or obj.animation_data_create()

@@ -188,11 +188,11 @@ def retarget_clip(
                           target_basis=basis_now)
     except ValueError as e:
         raise RetargetError(str(e)) from None
-    if not np.isfinite(result.basis).all():
+    if not (np.isfinite(result.basis_rot).all() and np.isfinite(result.basis_loc).all()):
         raise RetargetError(f"clip {src.name!r} produced non-finite poses: check the file")
     t_solve = time.perf_counter()
     report(0.7, "baking action")
-    action = write_action(target, tgt_skel, result.basis, result.keyed,
+    action = write_action(target, tgt_skel, result.basis_rot, result.basis_loc, result.keyed,
                           src.motion.frame_start, action_name or src.name)
     if set_scene:
         scene = bpy.context.scene

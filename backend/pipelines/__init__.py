@@ -1,0 +1,83 @@
+"""Pipeline registry of the backend: a name -> factory(options, device).
+
+A pipeline turns the control passes of one frame into an RGB image::
+
+    pipe = create("echo", options, "cpu")
+    rgb = pipe(passes, prompt="", negative_prompt="", seed=7, width=512, height=512,
+               refs=[], options={}, callback=lambda step, steps: True)
+
+``callback(step, steps)`` is called after each step (1..steps) and returns
+False to stop: the pipeline then raises :class:`Cancelled` (the diffusers
+``callback_on_step_end`` idea). Factories may be slow (loading weights) and
+are called on the backend's compute thread, never on the socket loop.
+Issue 5 adds the diffusion pipelines here; the backend never imports bpy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+StepCallback = Callable[[int, int], bool]
+
+
+class Cancelled(Exception):
+    """Raised by a pipeline when its step callback asked it to stop."""
+
+
+class Pipeline(Protocol):
+    def __call__(self, passes: dict[str, np.ndarray], *, prompt: str, negative_prompt: str,
+                 seed: int, width: int, height: int, refs: list[np.ndarray],
+                 options: dict[str, Any], callback: StepCallback) -> np.ndarray: ...
+
+
+Factory = Callable[[dict[str, Any], str], Pipeline]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A registered pipeline. ``load_keys``: the options that change what the
+    factory loads (the backend keeps one instance per distinct value);
+    ``size_multiple``: width/height must be multiples of it."""
+
+    name: str
+    factory: Factory
+    load_keys: tuple[str, ...] = ()
+    size_multiple: int = 1
+
+
+REGISTRY: dict[str, Entry] = {}
+
+
+def register(name: str, factory: Factory, load_keys: tuple[str, ...] = (),
+             size_multiple: int = 1) -> None:
+    REGISTRY[name] = Entry(name, factory, tuple(load_keys), size_multiple)
+
+
+def names() -> list[str]:
+    return sorted(REGISTRY)
+
+
+def get(name: str) -> Entry:
+    """The entry for ``name``; KeyError names the known pipelines."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown pipeline {name!r}; this backend has: "
+                       f"{', '.join(names())}") from None
+
+
+def create(name: str, options: dict[str, Any] | None = None, device: str = "cpu") -> Pipeline:
+    return get(name).factory(dict(options or {}), device)
+
+
+def _register_builtin() -> None:
+    from .echo import EchoPipeline
+
+    register("echo", lambda options, device: EchoPipeline(device))
+
+
+_register_builtin()
