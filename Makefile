@@ -3,8 +3,13 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+# The backend runs in its own process and environment: bpy pins numpy<2, torch/onnx
+# want numpy 2. torch is pinned to the CPU build on this disk for dev and CI only.
+BACKEND_VENV ?= .venv-backend
+BPY := $(BACKEND_VENV)/bin/python
+BSTAMP := $(BACKEND_VENV)/.installed-stamp
 
-.PHONY: demo test test-slow lint bench extension clean
+.PHONY: demo test test-slow lint bench extension clean backend
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -12,15 +17,26 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test,dev]'
 	touch $(STAMP)
 
+$(BSTAMP): pyproject.toml
+	$(PYTHON) -m venv $(BACKEND_VENV)
+	$(BPY) -m pip install -q --upgrade pip
+	$(BPY) -m pip install -q torch==2.13.0
+	$(BPY) -m pip install -q -e '.[backend,backend-test]'
+	touch $(BSTAMP)
+
+backend: $(BSTAMP)
+
 demo: $(STAMP)
 	$(VENV)/bin/painted-skin demo --out out/demo
 
-test: $(STAMP)
+test: $(STAMP) $(BSTAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q
+	$(BPY) -m pytest -q tests/backend
 
-test-slow: $(STAMP)
+test-slow: $(STAMP) $(BSTAMP)
 	$(PY) -m pytest -q -m slow
+	$(BPY) -m pytest -q -m slow tests/backend
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

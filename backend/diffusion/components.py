@@ -1,0 +1,452 @@
+"""Model registry (TOML), weight checks before a shot, loading, tiny components.
+
+A registry file names, per model, where each component comes from: a hub id
+(``owner/name``, read from the Hugging Face cache; downloaded only when online)
+or a local folder/file. Example (``registry.toml`` beside this file)::
+
+    [models.sd15]
+    base = "stable-diffusion-v1-5/stable-diffusion-v1-5"   # unet, vae, text encoder, tokenizer
+    scheduler = "lcm"
+    controlnets = { depth = "lllyasviel/control_v11f1p_sd15_depth" }
+    vae = "/models/my-vae"                                  # optional override
+    loras = [{ source = "latent-consistency/lcm-lora-sdv1-5", scale = 1.0 }]
+    ip_adapter = { source = "h94/IP-Adapter", subfolder = "models",
+                   weight_name = "ip-adapter_sd15.safetensors",
+                   image_encoder = "h94/IP-Adapter/models/image_encoder", scale = 0.6 }
+
+:func:`check_weights` lists what is missing (which component, where it looked,
+how to provide it) without loading anything; the backend calls it before a
+shot starts. ``HF_HUB_OFFLINE=1`` or ``local_files_only = true`` in the entry
+make every hub id resolve from the cache only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CONTROL_KINDS = ("depth", "normal", "openpose")
+PASS_OF_CONTROL = {"depth": "depth", "normal": "normal", "openpose": "skeleton"}
+DEFAULT_REGISTRY = Path(__file__).with_name("registry.toml")
+_PIPELINE_PARTS = ("unet", "vae", "text_encoder", "tokenizer", "scheduler")
+
+
+class MissingWeights(RuntimeError):
+    """Some component's weights cannot be found; ``problems`` lists them."""
+
+    def __init__(self, model: str, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__(f"model {model!r} cannot load:\n  - " + "\n  - ".join(problems))
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where one component comes from: ``ref`` a hub id or a local path;
+    ``subfolder`` inside it; ``weight_name`` a file inside (LoRA, IP-Adapter)."""
+
+    ref: str
+    subfolder: str | None = None
+    weight_name: str | None = None
+
+    @property
+    def is_local(self) -> bool:
+        r = self.ref
+        return r.startswith(("/", ".", "~")) or os.path.exists(os.path.expanduser(r))
+
+    @classmethod
+    def parse(cls, value: Any) -> Source:
+        if isinstance(value, str):
+            return cls(value)
+        if isinstance(value, dict) and isinstance(value.get("source"), str):
+            return cls(value["source"], value.get("subfolder"), value.get("weight_name"))
+        raise ValueError(f"a component is a string or a table with 'source', not {value!r}")
+
+
+@dataclass(frozen=True)
+class Lora:
+    source: Source
+    scale: float = 1.0
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class IPAdapter:
+    source: Source
+    image_encoder: Source | None = None
+    scale: float = 0.6
+
+
+@dataclass
+class ModelEntry:
+    """One model of the registry."""
+
+    name: str
+    base: Source
+    controlnets: dict[str, Source] = field(default_factory=dict)
+    vae: Source | None = None
+    loras: list[Lora] = field(default_factory=list)
+    ip_adapter: IPAdapter | None = None
+    scheduler: str = "lcm"
+    local_files_only: bool = False
+
+
+def parse_entry(name: str, table: dict[str, Any]) -> ModelEntry:
+    """A :class:`ModelEntry` from one ``[models.NAME]`` table."""
+    if "base" not in table:
+        raise ValueError(f"model {name!r} has no 'base'")
+    cns = {}
+    for kind, v in (table.get("controlnets") or {}).items():
+        if kind not in CONTROL_KINDS:
+            raise ValueError(f"model {name!r}: unknown controlnet {kind!r} "
+                             f"(known: {', '.join(CONTROL_KINDS)})")
+        cns[kind] = Source.parse(v)
+    loras = []
+    for i, lv in enumerate(table.get("loras") or []):
+        src = Source.parse(lv)
+        scale = float(lv.get("scale", 1.0)) if isinstance(lv, dict) else 1.0
+        lname = lv.get("name", f"lora{i}") if isinstance(lv, dict) else f"lora{i}"
+        loras.append(Lora(src, scale, lname))
+    ip = table.get("ip_adapter")
+    ipa = None
+    if ip:
+        enc = ip.get("image_encoder")
+        ipa = IPAdapter(Source.parse(ip), Source.parse(enc) if enc else None,
+                        float(ip.get("scale", 0.6)))
+    return ModelEntry(name, Source.parse(table["base"]), cns,
+                      Source.parse(table["vae"]) if table.get("vae") else None, loras, ipa,
+                      str(table.get("scheduler", "lcm")), bool(table.get("local_files_only")))
+
+
+def load_registry(path: str | os.PathLike | None = None) -> dict[str, ModelEntry]:
+    """Models of a registry file (default: ``$PAINTED_SKIN_MODELS`` or the
+    example ``registry.toml`` beside this module)."""
+    p = Path(path or os.environ.get("PAINTED_SKIN_MODELS") or DEFAULT_REGISTRY)
+    with open(p, "rb") as f:
+        data = tomllib.load(f)
+    return {n: parse_entry(n, t) for n, t in (data.get("models") or {}).items()}
+
+
+def offline(entry: ModelEntry | None = None) -> bool:
+    """True when hub ids must come from the cache (HF_HUB_OFFLINE or the entry)."""
+    env = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    return env or bool(entry and entry.local_files_only)
+
+
+def _hub_cache() -> str:
+    from huggingface_hub import constants
+
+    return str(constants.HF_HUB_CACHE)
+
+
+def resolve(src: Source) -> Path | None:
+    """The local folder (or file) of ``src``: the path itself, or the hub
+    cache's snapshot; None when not present locally. Never downloads."""
+    if src.is_local:
+        p = Path(os.path.expanduser(src.ref))
+        return p if p.exists() else None
+    parts = src.ref.split("/")
+    repo, sub = "/".join(parts[:2]), "/".join(parts[2:])  # "owner/name/sub/dir" allowed
+    try:
+        from huggingface_hub import snapshot_download
+
+        root = Path(snapshot_download(repo, local_files_only=True))
+    except Exception:
+        return None
+    return root / sub if sub else root
+
+
+def _has_weights(folder: Path) -> bool:
+    return any(folder.glob("*.safetensors")) or any(folder.glob("*.bin"))
+
+
+def _check(kind: str, src: Source, need: str, entry: ModelEntry) -> list[str]:
+    """Problems of one component. ``need``: 'pipeline', 'model' or 'file'."""
+    root = resolve(src)
+    where = (f"the path {src.ref!r}" if src.is_local
+             else f"the Hugging Face cache {_hub_cache()!r} for {src.ref!r}")
+    how = (f"put the files at {src.ref!r} or point the registry at another folder"
+           if src.is_local else f"run `hf download {src.ref}` on a machine online "
+           f"(or unset HF_HUB_OFFLINE), or set a local folder in the registry")
+    if root is None:
+        if not src.is_local and not offline(entry):
+            return []  # downloaded when the model loads, before the shot
+        return [f"{kind}: not found; looked in {where}; {how}"]
+    folder = root / src.subfolder if src.subfolder else root
+    missing: list[str] = []
+    if need == "pipeline":
+        for part in _PIPELINE_PARTS:
+            sub = folder / part
+            if not sub.is_dir():
+                missing.append(f"{part}/")
+            elif part in ("unet", "vae", "text_encoder") and not (
+                    (sub / "config.json").is_file() and _has_weights(sub)):
+                missing.append(f"{part}/ config.json or weights")
+    elif need == "model":
+        if not (folder / "config.json").is_file():
+            missing.append("config.json")
+        if not _has_weights(folder):
+            missing.append("*.safetensors / *.bin weights")
+    else:  # a weight file, or a folder holding it
+        target = folder / src.weight_name if src.weight_name else folder
+        if target.is_dir():
+            ok = _has_weights(target)
+        else:
+            ok = target.is_file()
+        if not ok:
+            missing.append(str(src.weight_name or "*.safetensors"))
+    if missing:
+        return [f"{kind}: {folder} lacks {', '.join(missing)}; looked in {where}; {how}"]
+    return []
+
+
+def check_weights(entry: ModelEntry) -> list[str]:
+    """What keeps ``entry`` from loading — one line per missing component,
+    naming it, where it looked and how to provide it. Empty when all is there
+    (or will be downloaded, when online). Loads nothing."""
+    problems = _check("base", entry.base, "pipeline", entry)
+    for kind, src in entry.controlnets.items():
+        problems += _check(f"controlnet {kind}", src, "model", entry)
+    if entry.vae is not None:
+        problems += _check("vae", entry.vae, "model", entry)
+    for lora in entry.loras:
+        problems += _check(f"lora {lora.name}", lora.source, "file", entry)
+    if entry.ip_adapter is not None:
+        problems += _check("ip_adapter", entry.ip_adapter.source, "file", entry)
+        if entry.ip_adapter.image_encoder is not None:
+            problems += _check("ip_adapter image_encoder", entry.ip_adapter.image_encoder,
+                               "model", entry)
+    return problems
+
+
+@dataclass
+class Components:
+    """Everything a :class:`RestylePipeline` needs, built outside it.
+
+    ``controlnets`` maps a kind of :data:`CONTROL_KINDS` to its model (their
+    order is :data:`CONTROL_KINDS`'). ``loras``/``ip_adapter`` are loaded into
+    the UNet by the pipeline. ``ip_adapter.source`` may be a state dict
+    (``{"image_proj": ..., "ip_adapter": ...}``) instead of a :class:`Source`.
+    """
+
+    unet: Any
+    vae: Any
+    text_encoder: Any
+    tokenizer: Any
+    scheduler: Any
+    controlnets: dict[str, Any]
+    image_encoder: Any = None
+    feature_extractor: Any = None
+    loras: list[Lora] = field(default_factory=list)
+    ip_adapter: Any = None  # IPAdapter, or (state_dict, scale)
+    scheduler_name: str = "lcm"
+    name: str = ""
+
+
+def _ref(src: Source) -> tuple[str, dict[str, Any]]:
+    """(path or repo id, kwargs) for from_pretrained."""
+    if src.is_local:
+        return os.path.expanduser(src.ref), ({"subfolder": src.subfolder} if src.subfolder else {})
+    parts = src.ref.split("/")
+    sub = "/".join([*parts[2:], *([src.subfolder] if src.subfolder else [])])
+    return "/".join(parts[:2]), ({"subfolder": sub} if sub else {})
+
+
+def load_components(entry: ModelEntry, dtype: Any = None) -> Components:
+    """Load ``entry``'s components (raises :class:`MissingWeights` first, listing
+    every problem, when some cannot be found)."""
+    import torch
+    from diffusers import AutoencoderKL, ControlNetModel, DDIMScheduler, UNet2DConditionModel
+    from transformers import CLIPTextModel, CLIPTokenizer
+
+    problems = check_weights(entry)
+    if problems:
+        raise MissingWeights(entry.name, problems)
+    dtype = dtype or torch.float32
+    lfo = {"local_files_only": offline(entry)}
+    base, kw = _ref(entry.base)
+
+    def sub(name: str) -> dict[str, Any]:
+        s = f"{kw['subfolder']}/{name}" if kw else name
+        return {"subfolder": s, **lfo}
+
+    unet = UNet2DConditionModel.from_pretrained(base, torch_dtype=dtype, **sub("unet"))
+    if entry.vae is not None:
+        vref, vkw = _ref(entry.vae)
+        vae = AutoencoderKL.from_pretrained(vref, torch_dtype=dtype, **vkw, **lfo)
+    else:
+        vae = AutoencoderKL.from_pretrained(base, torch_dtype=dtype, **sub("vae"))
+    text_encoder = CLIPTextModel.from_pretrained(base, torch_dtype=dtype, **sub("text_encoder"))
+    tokenizer = CLIPTokenizer.from_pretrained(base, **sub("tokenizer"))
+    scheduler = DDIMScheduler.from_pretrained(base, **sub("scheduler"))
+    cns = {}
+    for kind in CONTROL_KINDS:
+        if kind in entry.controlnets:
+            cref, ckw = _ref(entry.controlnets[kind])
+            cns[kind] = ControlNetModel.from_pretrained(cref, torch_dtype=dtype, **ckw, **lfo)
+    image_encoder = feature_extractor = None
+    if entry.ip_adapter is not None and entry.ip_adapter.image_encoder is not None:
+        from transformers import CLIPVisionModelWithProjection
+
+        eref, ekw = _ref(entry.ip_adapter.image_encoder)
+        image_encoder = CLIPVisionModelWithProjection.from_pretrained(
+            eref, torch_dtype=dtype, **ekw, **lfo)
+        feature_extractor = _image_processor(224)
+    return Components(unet, vae, text_encoder, tokenizer, scheduler, cns, image_encoder,
+                      feature_extractor, list(entry.loras), entry.ip_adapter, entry.scheduler,
+                      entry.name)
+
+
+def _image_processor(size: int) -> Any:
+    try:
+        from transformers import CLIPImageProcessorPil as Proc  # no torchvision needed
+    except ImportError:  # pragma: no cover - older transformers
+        from transformers import CLIPImageProcessor as Proc
+    return Proc(size={"shortest_edge": size}, crop_size={"height": size, "width": size})
+
+
+# ---------------------------------------------------------------- tiny components
+
+
+def tiny_tokenizer() -> Any:
+    """A CLIP tokenizer over a generated byte-level vocabulary (514 tokens, no
+    merges): every prompt tokenises, nothing is downloaded."""
+    from transformers import CLIPTokenizer
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    vocab = {"<|startoftext|>": 0, "!": 1, "<|endoftext|>": 2}
+    for ch in bytes_to_unicode().values():
+        for tok in (ch, ch + "</w>"):
+            vocab.setdefault(tok, len(vocab))
+    with tempfile.TemporaryDirectory() as d:
+        vf, mf = Path(d, "vocab.json"), Path(d, "merges.txt")
+        vf.write_text(json.dumps(vocab))
+        mf.write_text("#version: 0.2\n")
+        return CLIPTokenizer(str(vf), str(mf), pad_token="!", model_max_length=77)
+
+
+def tiny_components(seed: int = 0, n_controlnets: int = 3, cross_attention_dim: int = 32,
+                    block_out_channels: tuple[int, ...] = (4, 8), image_encoder: bool = True,
+                    scheduler: str = "lcm") -> Components:
+    """Random, deterministic components with the tiny configs of diffusers'
+    ControlNet tests (FACTS.md): a whole 64² pipeline runs in about a second on
+    a CPU. ``n_controlnets`` of depth, normal, openpose; a tiny CLIP image
+    encoder for IP-Adapter when ``image_encoder``. Wider ``block_out_channels``
+    (e.g. (32, 64, 128, 128) with 4 block types) make an SD1.5-shaped bench model.
+    """
+    import torch
+    from diffusers import AutoencoderKL, ControlNetModel, DDIMScheduler, UNet2DConditionModel
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    n = len(block_out_channels)
+    down = ("DownBlock2D",) + ("CrossAttnDownBlock2D",) * (n - 1)
+    up = ("CrossAttnUpBlock2D",) * (n - 1) + ("UpBlock2D",)
+    groups = 1 if block_out_channels[0] < 32 else 32
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        unet = UNet2DConditionModel(
+            block_out_channels=block_out_channels, layers_per_block=2, sample_size=32,
+            in_channels=4, out_channels=4, down_block_types=down, up_block_types=up,
+            cross_attention_dim=cross_attention_dim, norm_num_groups=groups)
+        cns = {}
+        for i, kind in enumerate(CONTROL_KINDS[:n_controlnets]):
+            torch.manual_seed(seed * 1000 + 17 + i)
+            cns[kind] = ControlNetModel(
+                block_out_channels=block_out_channels, layers_per_block=2, in_channels=4,
+                down_block_types=down, cross_attention_dim=cross_attention_dim,
+                conditioning_embedding_out_channels=(16, 32), norm_num_groups=groups)
+            _randomize_zero_convs(cns[kind])
+        torch.manual_seed(seed * 1000 + 7)
+        vae = AutoencoderKL(
+            block_out_channels=[4, 8], in_channels=3, out_channels=3,
+            down_block_types=["DownEncoderBlock2D"] * 2,
+            up_block_types=["UpDecoderBlock2D"] * 2, latent_channels=4, norm_num_groups=2)
+        torch.manual_seed(seed * 1000 + 8)
+        text_encoder = CLIPTextModel(CLIPTextConfig(
+            bos_token_id=0, eos_token_id=2, hidden_size=cross_attention_dim,
+            intermediate_size=37, layer_norm_eps=1e-5, num_attention_heads=4,
+            num_hidden_layers=5, pad_token_id=1, vocab_size=1000))
+        enc = proc = None
+        if image_encoder:
+            from transformers import CLIPVisionConfig, CLIPVisionModelWithProjection
+
+            torch.manual_seed(seed * 1000 + 9)
+            enc = CLIPVisionModelWithProjection(CLIPVisionConfig(
+                hidden_size=32, projection_dim=32, num_hidden_layers=2, num_attention_heads=4,
+                image_size=32, patch_size=4, intermediate_size=37))
+            proc = _image_processor(32)
+    sched = DDIMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
+                          clip_sample=False, set_alpha_to_one=False, steps_offset=1)
+    for m in (unet, vae, text_encoder, *cns.values(), *([enc] if enc is not None else [])):
+        m.eval()
+    return Components(unet, vae, text_encoder, tiny_tokenizer(), sched, cns, enc, proc,
+                      scheduler_name=scheduler, name="tiny")
+
+
+def _randomize_zero_convs(cn: Any, std: float = 0.1) -> None:
+    """ControlNets start with zero convolutions (no effect until trained): give
+    them small random weights so random ControlNets steer the output."""
+    import torch
+
+    mods = [*cn.controlnet_down_blocks, cn.controlnet_mid_block,
+            cn.controlnet_cond_embedding.conv_out]
+    with torch.no_grad():
+        for m in mods:
+            for prm in m.parameters():
+                prm.normal_(0.0, std)
+
+
+def random_ip_adapter(unet: Any, image_embed_dim: int = 32, seed: int = 0,
+                      std: float = 0.05) -> dict[str, dict[str, Any]]:
+    """A random IP-Adapter state dict for ``unet`` (the layout ``load_ip_adapter``
+    reads: ``image_proj`` proj/norm, ``ip_adapter`` to_k_ip/to_v_ip per
+    cross-attention layer), 4 image tokens."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    cad = unet.config.cross_attention_dim
+    proj = {"proj.weight": torch.randn(cad * 4, image_embed_dim, generator=g) * std,
+            "proj.bias": torch.zeros(cad * 4), "norm.weight": torch.ones(cad),
+            "norm.bias": torch.zeros(cad)}
+    ip: dict[str, Any] = {}
+    key_id = 1
+    for name in unet.attn_processors:
+        if name.endswith("attn1.processor"):
+            continue
+        if name.startswith("mid_block"):
+            hidden = unet.config.block_out_channels[-1]
+        elif name.startswith("up_blocks"):
+            hidden = list(reversed(unet.config.block_out_channels))[int(name[len("up_blocks.")])]
+        else:
+            hidden = unet.config.block_out_channels[int(name[len("down_blocks.")])]
+        ip[f"{key_id}.to_k_ip.weight"] = torch.randn(hidden, cad, generator=g) * std
+        ip[f"{key_id}.to_v_ip.weight"] = torch.randn(hidden, cad, generator=g) * std
+        key_id += 2
+    return {"image_proj": proj, "ip_adapter": ip}
+
+
+def random_lora(unet: Any, folder: str | os.PathLike, seed: int = 0, rank: int = 4,
+                std: float = 0.1) -> Path:
+    """Save a random LoRA for ``unet``'s attention projections in the diffusers
+    layout (``pytorch_lora_weights.safetensors``), as a DreamBooth-LoRA run
+    would; ``unet`` itself is left unchanged. Needs peft."""
+    import torch
+    from diffusers import StableDiffusionPipeline
+    from peft import LoraConfig, get_peft_model_state_dict
+
+    cfg = LoraConfig(r=rank, lora_alpha=rank, init_lora_weights=True,
+                     target_modules=["to_q", "to_k", "to_v", "to_out.0"])
+    unet.add_adapter(cfg, adapter_name="_random")
+    try:
+        sd = get_peft_model_state_dict(unet, adapter_name="_random")
+        g = torch.Generator().manual_seed(seed)
+        sd = {k: torch.randn(v.shape, generator=g) * std for k, v in sd.items()}
+        StableDiffusionPipeline.save_lora_weights(folder, unet_lora_layers=sd,
+                                                  safe_serialization=True)
+    finally:
+        unet.delete_adapters("_random")
+    return Path(folder) / "pytorch_lora_weights.safetensors"

@@ -1,0 +1,80 @@
+"""Registers the diffusion pipelines when torch and diffusers are installed.
+
+``sd15-controlnet``: :class:`painted_skin.backend.diffusion.controlnet_pipeline.RestylePipeline`.
+Load options (``LOAD_KEYS``; the backend keeps one instance per distinct value)::
+
+    model: "sd15"              a model of the registry
+    registry: "/path.toml"     the registry file (default $PAINTED_SKIN_MODELS or the example)
+    tiny: true                 random tiny components instead (tests, benchmarks, no weights)
+    tiny_seed: 0, tiny_controlnets: 3, dtype: "float16" | "float32"
+
+Torch is imported only when a pipeline is created, so registering costs nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from . import register
+
+LOAD_KEYS = ("model", "registry", "tiny", "tiny_seed", "tiny_controlnets", "dtype")
+
+
+def available() -> bool:
+    """True when torch, diffusers and transformers are importable."""
+    return all(importlib.util.find_spec(m) is not None
+               for m in ("torch", "diffusers", "transformers"))
+
+
+def check(options: dict[str, Any]) -> list[str]:
+    """What keeps ``options``' model from loading (empty when it can): call it
+    when a session opens, before the shot starts."""
+    if options.get("tiny"):
+        return []
+    from ..diffusion.components import load_registry
+
+    try:
+        registry = load_registry(options.get("registry"))
+    except (OSError, ValueError) as e:
+        return [f"model registry: {e}"]
+    name = str(options.get("model", "sd15"))
+    if name not in registry:
+        return [f"model {name!r} is not in the registry (it has: {', '.join(sorted(registry))})"]
+    from ..diffusion.components import check_weights
+
+    return check_weights(registry[name])
+
+
+def sd15_controlnet(options: dict[str, Any], device: str) -> Any:
+    """Factory of ``sd15-controlnet`` (raises MissingWeights naming every
+    missing component before anything loads)."""
+    import torch
+
+    from ..diffusion.components import load_components, load_registry, tiny_components
+    from ..diffusion.controlnet_pipeline import RestylePipeline
+
+    dtype = options.get("dtype")
+    tdtype = getattr(torch, dtype) if isinstance(dtype, str) else None
+    if options.get("tiny"):
+        comps = tiny_components(int(options.get("tiny_seed", 0)),
+                                int(options.get("tiny_controlnets", 3)))
+    else:
+        registry = load_registry(options.get("registry"))
+        name = str(options.get("model", "sd15"))
+        if name not in registry:
+            raise KeyError(f"model {name!r} is not in the registry "
+                           f"(it has: {', '.join(sorted(registry))})")
+        comps = load_components(registry[name], tdtype)
+    return RestylePipeline(comps, device, tdtype)
+
+
+def register_all() -> bool:
+    """Register the diffusion pipelines; False (nothing registered) without torch."""
+    if not available():
+        return False
+    register("sd15-controlnet", sd15_controlnet, load_keys=LOAD_KEYS, size_multiple=8)
+    return True
+
+
+register_all()

@@ -1,0 +1,105 @@
+"""The model registry: parsing, weight checks before a shot, local loading."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("diffusers")
+
+from painted_skin.backend.diffusion import components as C  # noqa: E402
+from painted_skin.backend.diffusion import temporal as T  # noqa: E402
+
+
+@pytest.fixture
+def empty_cache(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hub"
+    cache.mkdir()
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return cache
+
+
+def test_example_registry_parses() -> None:
+    reg = C.load_registry()
+    sd = reg["sd15"]
+    assert sd.base.ref == "stable-diffusion-v1-5/stable-diffusion-v1-5"
+    assert set(sd.controlnets) == {"depth", "normal", "openpose"}
+    assert sd.loras[0].name == "lcm" and sd.ip_adapter is not None
+    assert sd.ip_adapter.source.weight_name == "ip-adapter_sd15.safetensors"
+    assert reg["local-example"].local_files_only and reg["local-example"].scheduler == "tcd"
+
+
+def test_missing_hub_weights_name_component_place_and_fix(empty_cache) -> None:
+    problems = C.check_weights(C.load_registry()["sd15"])
+    text = "\n".join(problems)
+    for comp in ("base", "controlnet depth", "controlnet normal", "controlnet openpose",
+                 "lora lcm", "ip_adapter", "ip_adapter image_encoder"):
+        assert any(p.startswith(comp + ":") for p in problems), comp
+    assert str(empty_cache) in text and "hf download lllyasviel/control_v11f1p_sd15_depth" in text
+    with pytest.raises(C.MissingWeights, match="controlnet depth"):
+        C.load_components(C.load_registry()["sd15"])
+
+
+def test_online_hub_ids_are_not_problems(empty_cache, monkeypatch) -> None:
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    assert C.check_weights(C.load_registry()["sd15"]) == []
+
+
+def test_bad_registry_entries(tmp_path) -> None:
+    with pytest.raises(ValueError, match="no 'base'"):
+        C.parse_entry("m", {})
+    with pytest.raises(ValueError, match="unknown controlnet"):
+        C.parse_entry("m", {"base": "a/b", "controlnets": {"canny": "x/y"}})
+
+
+def test_local_folders_load_and_missing_files_are_named(tmp_path) -> None:
+    from diffusers import StableDiffusionPipeline
+
+    comps = C.tiny_components(3, n_controlnets=2, image_encoder=False)
+    StableDiffusionPipeline(comps.vae, comps.text_encoder, comps.tokenizer, comps.unet,
+                            comps.scheduler, None, None, requires_safety_checker=False
+                            ).save_pretrained(tmp_path / "base")
+    comps.controlnets["depth"].save_pretrained(tmp_path / "cn-depth")
+    comps.controlnets["normal"].save_pretrained(tmp_path / "cn-normal")
+    reg = tmp_path / "models.toml"
+    reg.write_text(f"""
+[models.tiny]
+base = "{tmp_path / 'base'}"
+scheduler = "lcm"
+local_files_only = true
+controlnets = {{ depth = "{tmp_path / 'cn-depth'}", normal = "{tmp_path / 'cn-normal'}" }}
+""")
+    entry = C.load_registry(reg)["tiny"]
+    assert C.check_weights(entry) == []
+    loaded = C.load_components(entry)
+    from painted_skin.backend.diffusion.controlnet_pipeline import RestylePipeline
+
+    shot = T.synthetic_shot(1, 32, 32)
+    out = RestylePipeline(loaded).run(shot[0], seed=1, width=32, height=32)
+    ref = RestylePipeline(comps).run(shot[0], seed=1, width=32, height=32)
+    np.testing.assert_array_equal(out.image, ref.image)
+    for f in (tmp_path / "cn-normal").glob("*.safetensors"):
+        f.unlink()
+    (tmp_path / "base" / "vae").rename(tmp_path / "base" / "vae-moved")
+    problems = C.check_weights(entry)
+    assert len(problems) == 2
+    assert problems[0].startswith("base:") and "vae/" in problems[0]
+    assert problems[1].startswith("controlnet normal:") and "weights" in problems[1]
+    assert str(tmp_path / "cn-normal") in problems[1]
+
+
+def test_factory_and_check_report_missing_models(tmp_path, empty_cache) -> None:
+    from painted_skin.backend.pipelines import diffusion
+
+    reg = tmp_path / "r.toml"
+    reg.write_text('[models.m]\nbase = "nobody/nothing"\n')
+    assert diffusion.check({"registry": str(reg), "model": "other"})[0].startswith(
+        "model 'other' is not in the registry")
+    problems = diffusion.check({"registry": str(reg), "model": "m"})
+    assert problems and problems[0].startswith("base:") and "nobody/nothing" in problems[0]
+    with pytest.raises(C.MissingWeights, match="base"):
+        diffusion.sd15_controlnet({"registry": str(reg), "model": "m"}, "cpu")
