@@ -247,6 +247,10 @@ def build_parser() -> argparse.ArgumentParser:
     p_.add_argument("--out", required=True, help="output folder (re-running resumes)")
     p_.set_defaults(func=cmd_passes)
 
+    from .backend.commands import add_commands
+
+    add_commands(sub)  # serve, broker, keys
+
     b = sub.add_parser("bench", help="speed benchmarks (ratio against a baseline in one run)")
     b.add_argument("what", choices=("retarget", "passes"))
     b.add_argument("--frames", type=int, help="clip length (retarget: 2400, passes: 24)")

@@ -55,6 +55,7 @@ E_NO_SESSION = "no_session"
 E_BAD_ARRAY = "bad_array"
 E_BUSY = "busy"
 E_INTERNAL = "internal"
+E_CANCELLED = "cancelled"
 
 
 class ProtocolError(ValueError):
@@ -205,5 +206,8 @@ def _desc(desc: Any, ref: str | None) -> tuple[str, str, tuple[int, ...]]:
 
 
 def error_frames(err: ProtocolError, session: str | None = None) -> list[bytes | memoryview]:
-    """The ``error`` reply for a rejected message."""
-    return encode(ERROR, code=err.code, message=str(err), ref=err.ref, session=session)
+    """The ``error`` reply for a rejected message (long texts cut so the reply
+    header always fits under the cap)."""
+    ref = err.ref[:128] if isinstance(err.ref, str) else None
+    sess = session[:128] if isinstance(session, str) else None
+    return encode(ERROR, code=err.code, message=str(err)[:2000], ref=ref, session=sess)

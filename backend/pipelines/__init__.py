@@ -4,7 +4,7 @@ A pipeline turns the control passes of one frame into an RGB image::
 
     pipe = create("echo", options, "cpu")
     rgb = pipe(passes, prompt="", negative_prompt="", seed=7, width=512, height=512,
-               refs=[], options={}, callback=lambda step, steps: True)
+               refs=[], options={}, callback=lambda step, steps: True, frame=3, state={})
 
 ``callback(step, steps)`` is called after each step (1..steps) and returns
 False to stop: the pipeline then raises :class:`Cancelled` (the diffusers
@@ -29,9 +29,13 @@ class Cancelled(Exception):
 
 
 class Pipeline(Protocol):
+    """``frame``: the frame number; ``state``: a dict private to the session that
+    lives as long as it (temporal pipelines keep the previous frame there)."""
+
     def __call__(self, passes: dict[str, np.ndarray], *, prompt: str, negative_prompt: str,
                  seed: int, width: int, height: int, refs: list[np.ndarray],
-                 options: dict[str, Any], callback: StepCallback) -> np.ndarray: ...
+                 options: dict[str, Any], callback: StepCallback, frame: int | None = None,
+                 state: dict[str, Any] | None = None) -> np.ndarray: ...
 
 
 Factory = Callable[[dict[str, Any], str], Pipeline]
@@ -47,14 +51,19 @@ class Entry:
     factory: Factory
     load_keys: tuple[str, ...] = ()
     size_multiple: int = 1
+    check: Callable[[dict[str, Any]], list[str]] | None = None
 
 
 REGISTRY: dict[str, Entry] = {}
 
 
 def register(name: str, factory: Factory, load_keys: tuple[str, ...] = (),
-             size_multiple: int = 1) -> None:
-    REGISTRY[name] = Entry(name, factory, tuple(load_keys), size_multiple)
+             size_multiple: int = 1,
+             check: Callable[[dict[str, Any]], list[str]] | None = None) -> None:
+    """Add a pipeline. ``check(options)``, when given, lists what keeps those
+    options from loading (missing weights...); the backend calls it on OPEN
+    and refuses the session with that text instead of failing on frame 0."""
+    REGISTRY[name] = Entry(name, factory, tuple(load_keys), size_multiple, check)
 
 
 def names() -> list[str]:
@@ -78,6 +87,7 @@ def _register_builtin() -> None:
     from .echo import EchoPipeline
 
     register("echo", lambda options, device: EchoPipeline(device))
+    from . import diffusion  # noqa: F401  (sd15-controlnet, when torch and diffusers import)
 
 
 _register_builtin()

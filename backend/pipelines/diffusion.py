@@ -73,7 +73,8 @@ def register_all() -> bool:
     """Register the diffusion pipelines; False (nothing registered) without torch."""
     if not available():
         return False
-    register("sd15-controlnet", sd15_controlnet, load_keys=LOAD_KEYS, size_multiple=8)
+    register("sd15-controlnet", sd15_controlnet, load_keys=LOAD_KEYS, size_multiple=8,
+             check=check)
     return True
 
 

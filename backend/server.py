@@ -1,0 +1,764 @@
+"""The backend service: sessions of frames in, RGB results out, over ZeroMQ.
+
+One socket loop (main thread) and one compute thread:
+
+* The loop owns the socket: a ROUTER bound for clients (``serve --bind``), or
+  a DEALER connected to a broker (``serve --connect``, the worker side of the
+  guide's Paranoid Pirate pattern: READY, HEARTBEAT every second, reconnect
+  with back-off after 3 silent beats). Either way a client message arrives as
+  ``[client identity, (empty delimiter,) header, *arrays]`` and replies go
+  back with the same envelope, so the session logic is one code path.
+* The compute thread takes frames round-robin from the sessions' queues, runs
+  the pipeline and hands progress/results back through an ``inproc`` PAIR
+  wake-up, so PING/STATUS/CANCEL stay answered while a frame computes.
+
+Nothing is unbounded: a session may hold ``credits`` frames (queued or
+running), the server at most ``max_sessions`` sessions, the result cache
+``cache_mb`` megabytes. Every malformed message gets an ``error`` reply.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import logging
+import threading
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import zmq
+
+from . import auth, pipelines, protocol
+from .protocol import Message, ProtocolError
+
+log = logging.getLogger("painted_skin.backend")
+
+# Paranoid Pirate timing (ZeroMQ guide, ppqueue/ppworker), shared with the broker.
+HEARTBEAT_INTERVAL = 1.0  # seconds
+HEARTBEAT_LIVENESS = 3  # beats missed before the peer is taken for dead
+RECONNECT_INIT, RECONNECT_MAX = 1.0, 16.0  # worker back-off, seconds
+
+E_CANCELLED = getattr(protocol, "E_CANCELLED", "cancelled")
+
+# The control passes a FRAME may carry: dtype and channels (0: (H, W)).
+PASSES: dict[str, tuple[str, int]] = {
+    "depth": ("float32", 0), "normal": ("float16", 3), "skeleton": ("uint8", 3),
+    "mask": ("uint8", 0), "motion": ("float16", 4), "parts": ("uint8", 0),
+}
+MAX_NAME = 256  # session names, ids echoed back
+MAX_TEXT = 1000  # error messages
+
+
+def backend_version() -> str:
+    try:
+        return importlib.metadata.version("painted-skin")
+    except importlib.metadata.PackageNotFoundError:
+        return "0"
+
+
+SERVER_NAME = f"painted-skin {backend_version()}"
+
+
+def frame_seed(seed: int, frame: int) -> int:
+    """The seed of one frame: the first 4 bytes (little-endian uint32) of
+    ``blake2b(f"{seed}:{frame}", digest_size=4)`` — deterministic, and
+    different for every (session seed, frame)."""
+    digest = hashlib.blake2b(f"{seed}:{frame}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "little")
+
+
+def settings_hash(pipeline: str, prompt: str, negative: str, seed: int, width: int,
+                  height: int, options: dict[str, Any], refs: list[np.ndarray]) -> bytes:
+    """What, besides the passes, decides a session's pictures (the cache key)."""
+    h = hashlib.sha256(json.dumps([pipeline, prompt, negative, seed, width, height, options],
+                                  sort_keys=True, separators=(",", ":")).encode())
+    for r in refs:
+        h.update(f"|{r.dtype.name}{list(r.shape)}|".encode())
+        h.update(np.ascontiguousarray(r))
+    return h.digest()
+
+
+def passes_hash(passes: dict[str, np.ndarray]) -> bytes:
+    h = hashlib.sha256()  # hashlib drops the GIL on large buffers
+    for name in sorted(passes):
+        a = passes[name]
+        h.update(f"|{name}:{a.dtype.name}{list(a.shape)}|".encode())
+        h.update(np.ascontiguousarray(a))
+    return h.digest()
+
+
+def reply(mtype: str, arrays: dict[str, np.ndarray] | None = None, **fields: Any
+          ) -> list[Any]:
+    return protocol.encode(mtype, arrays, **fields)
+
+
+def _clean(value: Any) -> Any:
+    """A client-sent id or session name, safe to echo in a reply (or None)."""
+    return value if isinstance(value, str) and len(value) <= MAX_NAME else None
+
+
+def error(code: str, message: str, ref: Any = None, session: Any = None,
+          frame: Any = None) -> list[Any]:
+    """An ``error`` reply; echoed fields are dropped when not small and well-typed."""
+    fields: dict[str, Any] = {"code": code, "message": str(message)[:MAX_TEXT],
+                              "ref": _clean(ref), "session": _clean(session)}
+    if isinstance(frame, int) and not isinstance(frame, bool):
+        fields["frame"] = frame
+    return protocol.encode(protocol.ERROR, **fields)
+
+
+def is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+class ResultCache:
+    """Least-recently-used results bounded by bytes (compute thread only)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._items: OrderedDict[tuple, np.ndarray] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, key: tuple) -> np.ndarray | None:
+        a = self._items.get(key)
+        if a is not None:
+            self._items.move_to_end(key)
+        return a
+
+    def put(self, key: tuple, a: np.ndarray) -> None:
+        if a.nbytes > self.max_bytes or key in self._items:
+            return
+        self._items[key] = a
+        self.bytes += a.nbytes
+        while self.bytes > self.max_bytes:
+            _, old = self._items.popitem(last=False)
+            self.bytes -= old.nbytes
+
+
+@dataclass
+class ServeConfig:
+    bind: str = "tcp://127.0.0.1:5555"
+    connect: str | None = None  # broker backend: worker mode
+    pipeline: str = "echo"  # default for OPEN without "pipeline"; loaded at start
+    device: str = "cpu"
+    credits: int = 4
+    session_timeout: float = 10.0
+    keys: str | None = None
+    cache_mb: float = 512.0
+    max_sessions: int = 256
+
+
+@dataclass(eq=False)
+class Session:
+    key: tuple[bytes, str]  # (client identity, client-chosen name)
+    route: list[bytes]
+    name: str
+    pipeline: str
+    prompt: str
+    negative: str
+    seed: int
+    width: int
+    height: int
+    options: dict[str, Any]
+    refs: list[np.ndarray]
+    settings: bytes
+    outstanding: dict[int, Job] = field(default_factory=dict)
+    queue: deque[Job] = field(default_factory=deque)  # guarded by Server._cond
+    state: dict[str, Any] = field(default_factory=dict)  # the pipeline's, compute thread only
+
+
+@dataclass(eq=False)
+class Job:
+    session: Session
+    frame: int
+    ref: str | None
+    passes: dict[str, np.ndarray]
+    seed: int
+    arrived: float
+    cancelled: bool = False
+
+
+class Server:
+    """A backend: ``bind()`` (or ``connect()``), then ``run()`` until ``stop()``."""
+
+    def __init__(self, config: ServeConfig | None = None, ctx: zmq.Context | None = None
+                 ) -> None:
+        self.cfg = config or ServeConfig()
+        pipelines.get(self.cfg.pipeline)  # KeyError names the known ones
+        self.ctx = ctx or zmq.Context()
+        self._own_ctx = ctx is None
+        self.sock: zmq.Socket | None = None
+        self.endpoint: str | None = None
+        self._auth = None  # started by bind()/connect(), after the endpoint check
+        self._stop = threading.Event()
+        self._sessions: dict[tuple[bytes, str], Session] = {}
+        self._last_seen: dict[bytes, float] = {}
+        self._cond = threading.Condition()
+        self._ready: OrderedDict[tuple[bytes, str], Session] = OrderedDict()  # round-robin
+        self._running: Job | None = None
+        self._events: collections.deque[tuple] = collections.deque()
+        self._wake_addr = f"inproc://painted-skin-wake-{id(self):x}"
+        self._wake: zmq.Socket | None = None
+        self.cache = ResultCache(int(self.cfg.cache_mb * 1024 * 1024))
+        self._pipes: OrderedDict[tuple, Any] = OrderedDict()
+        self.loaded_models: list[str] = []
+        self.devices: list[str] = ["cpu"]
+        self._compute = threading.Thread(target=self._compute_loop, name="painted-skin-compute",
+                                         daemon=True)
+        # worker mode (Paranoid Pirate worker)
+        self._broker_seen = 0.0
+        self._heartbeat_at = 0.0
+        self._backoff = RECONNECT_INIT
+
+    # ---- sockets -------------------------------------------------------------------------
+
+    def bind(self, endpoint: str | None = None) -> str:
+        """Bind the client ROUTER; returns the endpoint (a ``:*`` port resolved)."""
+        endpoint = endpoint or self.cfg.bind
+        auth.require_safe(endpoint, self.cfg.keys, "bind")
+        self._start_auth()
+        sock = self.ctx.socket(zmq.ROUTER)
+        self._tune(sock)
+        sock.router_handover = True
+        if self.cfg.keys:
+            auth.make_server(sock, self.cfg.keys)
+        sock.bind(endpoint)
+        self.sock = sock
+        self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        return self.endpoint
+
+    def connect(self, endpoint: str | None = None) -> None:
+        """Worker mode: a DEALER to the broker's backend (sends READY)."""
+        endpoint = endpoint or self.cfg.connect
+        assert endpoint
+        auth.require_safe(endpoint, self.cfg.keys, "connect to")
+        self._start_auth()
+        self.cfg.connect = endpoint
+        self.cfg.session_timeout = 0  # the broker watches the clients
+        self._reconnect(first=True)
+
+    def _start_auth(self) -> None:
+        if self.cfg.keys and self._auth is None:
+            self._auth = auth.start_authenticator(self.ctx, self.cfg.keys)
+
+    def _tune(self, sock: zmq.Socket) -> None:
+        sock.linger = 0
+        sock.rcvhwm = sock.sndhwm = 256
+        sock.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_ARRAY_BYTES + protocol.MAX_HEADER_BYTES)
+
+    def _reconnect(self, first: bool = False) -> None:
+        if self.sock is not None:
+            self.sock.close(linger=0)
+        sock = self.ctx.socket(zmq.DEALER)
+        self._tune(sock)
+        if self.cfg.keys:
+            auth.make_client(sock, self.cfg.keys)
+        sock.connect(self.cfg.connect)
+        self.sock = sock
+        self.endpoint = self.cfg.connect
+        now = time.monotonic()
+        self._broker_seen = now
+        self._heartbeat_at = now + HEARTBEAT_INTERVAL
+        self._send_raw(reply(protocol.READY, pipelines=pipelines.names(), devices=self.devices,
+                             credits=self.cfg.credits, server=SERVER_NAME))
+        if not first:
+            log.info("worker: reconnected to %s", self.cfg.connect)
+
+    def _send_raw(self, frames: list[Any]) -> None:
+        try:
+            self.sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+        except zmq.Again:  # peer gone or full: drop (clients resend or time out)
+            log.debug("send dropped (peer not reachable)")
+
+    def _send(self, route: list[bytes], frames: list[Any]) -> None:
+        self._send_raw([*route, *frames])
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> threading.Thread:
+        """Run in a background thread (tests, embedding); ``stop()`` ends it."""
+        t = threading.Thread(target=self.run, name="painted-skin-serve", daemon=True)
+        t.start()
+        return t
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+
+    def run(self) -> None:
+        if self.sock is None:
+            if self.cfg.connect:
+                self.connect()
+            else:
+                self.bind()
+        self._wake = self.ctx.socket(zmq.PAIR)
+        self._wake.bind(self._wake_addr)
+        self._probe_devices()
+        self._compute.start()
+        next_sweep = time.monotonic() + 0.5
+        try:
+            while not self._stop.is_set():
+                poller = zmq.Poller()
+                poller.register(self.sock, zmq.POLLIN)
+                poller.register(self._wake, zmq.POLLIN)
+                ready = dict(poller.poll(100))
+                if self._wake in ready:
+                    self._drain_wake()
+                self._deliver_events()
+                if self.sock in ready:
+                    self._receive_batch()
+                now = time.monotonic()
+                if self.cfg.connect:
+                    self._worker_heartbeat(now)
+                if now >= next_sweep:
+                    self._sweep_idle(now)
+                    next_sweep = now + 0.5
+        finally:
+            self._shutdown()
+
+    def close(self) -> None:
+        """Release the sockets of a server that will not ``run()`` (after a failed bind)."""
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+        if self.cfg.connect and self.sock is not None:
+            try:
+                self.sock.send_multipart(reply(protocol.DISCONNECT), flags=zmq.NOBLOCK)
+                self.sock.close(linger=200)
+            except zmq.ZMQError:
+                pass
+        if self._compute.is_alive():
+            self._compute.join(timeout=5)
+        if self.sock is not None:
+            self.sock.close(linger=0)
+        if self._wake is not None:
+            self._wake.close(linger=0)
+        if self._auth is not None:
+            self._auth.stop()
+            self._auth = None
+        if self._own_ctx:
+            self.ctx.term()
+
+    def _probe_devices(self) -> None:
+        """CUDA devices when torch is installed, probed off the loop (torch imports slowly)."""
+        if importlib.util.find_spec("torch") is None:
+            return
+
+        def probe() -> None:
+            try:
+                import torch
+
+                if torch.cuda.is_available():
+                    self.devices = ["cpu"] + [f"cuda:{i} ({torch.cuda.get_device_name(i)})"
+                                              for i in range(torch.cuda.device_count())]
+            except Exception as e:  # a broken torch must not stop the backend
+                log.warning("torch device probe failed: %s", e)
+
+        threading.Thread(target=probe, daemon=True).start()
+
+    # ---- receiving -----------------------------------------------------------------------
+
+    def _receive_batch(self) -> None:
+        for _ in range(64):  # bounded, so results and heartbeats go out in between
+            try:
+                frames = self.sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            if self.cfg.connect:
+                self._broker_seen = time.monotonic()
+                self._backoff = RECONNECT_INIT
+                if len(frames) == 1:
+                    self._on_broker_control(frames[0])
+                    continue
+            self._on_client(frames)
+
+    def _on_broker_control(self, frame: zmq.Frame) -> None:
+        try:
+            msg = protocol.decode([frame], expect=protocol.WORKER_TYPES)
+        except ProtocolError as e:
+            log.warning("worker: bad control message from broker: %s", e)
+            return
+        if msg.type == protocol.DISCONNECT:
+            log.info("worker: broker asked to reconnect")
+            self._drop_all()
+            self._reconnect()
+
+    def _on_client(self, frames: list[zmq.Frame]) -> None:
+        ident = frames[0].bytes
+        route, body = [ident], frames[1:]
+        if len(body) > 1 and len(body[0]) == 0:  # REQ-style empty delimiter
+            route.append(b"")
+            body = body[1:]
+        self._last_seen[ident] = time.monotonic()
+        header: dict[str, Any] = {}
+        try:
+            msg = protocol.decode(body, expect=protocol.CLIENT_TYPES)
+            header = msg.header
+            getattr(self, f"_on_{msg.type}")(route, msg)
+        except ProtocolError as e:
+            self._send(route, error(e.code, str(e), e.ref or header.get("id"),
+                                    header.get("session"), header.get("frame")))
+        except Exception as e:  # a bug must not take the server down
+            log.exception("internal error on %s", header.get("type"))
+            self._send(route, error(protocol.E_INTERNAL, f"{type(e).__name__}: {e}",
+                                    header.get("id"), header.get("session"),
+                                    header.get("frame")))
+
+    def _session(self, route: list[bytes], msg: Message) -> Session:
+        s = self._sessions.get((route[0], msg.session)) if isinstance(msg.session, str) else None
+        if s is None:
+            raise ProtocolError(protocol.E_NO_SESSION,
+                                f"no open session {_clean(msg.session)!r} for this client "
+                                f"(send open first; sessions end on close or after "
+                                f"{self.cfg.session_timeout:g} s of client silence)", msg.id)
+        return s
+
+    # ---- message handlers ----------------------------------------------------------------
+
+    def _on_ping(self, route: list[bytes], msg: Message) -> None:
+        self._send(route, reply(protocol.PONG, version=protocol.PROTOCOL_VERSION,
+                                server=SERVER_NAME, role="server", ref=_clean(msg.id)))
+
+    def status(self) -> dict[str, Any]:
+        with self._cond:
+            depth = sum(len(s.outstanding) for s in self._sessions.values())
+        return {"version": protocol.PROTOCOL_VERSION, "server": SERVER_NAME,
+                "devices": list(self.devices), "pipelines": pipelines.names(),
+                "loaded_models": list(self.loaded_models), "queue_depth": depth,
+                "sessions": len(self._sessions), "workers": 1,
+                "cache": {"items": len(self.cache), "bytes": self.cache.bytes}}
+
+    def _on_status(self, route: list[bytes], msg: Message) -> None:
+        self._send(route, reply(protocol.STATUS_REPLY, ref=_clean(msg.id), **self.status()))
+
+    def _on_open(self, route: list[bytes], msg: Message) -> None:
+        h, ref = msg.header, msg.id
+
+        def bad(text: str, code: str = protocol.E_BAD_MESSAGE) -> ProtocolError:
+            return ProtocolError(code, f"open: {text}", ref)
+
+        name = h.get("session")
+        if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME:
+            raise bad(f"'session' must be a string of 1..{MAX_NAME} characters")
+        pipeline = h.get("pipeline", self.cfg.pipeline)
+        try:
+            entry = pipelines.get(pipeline) if isinstance(pipeline, str) else None
+        except KeyError as e:
+            raise bad(str(e.args[0])) from None
+        if entry is None:
+            raise bad("'pipeline' must be a string")
+        prompt, negative = h.get("prompt", ""), h.get("negative_prompt", "")
+        if not isinstance(prompt, str) or not isinstance(negative, str):
+            raise bad("'prompt' and 'negative_prompt' must be strings")
+        seed = h.get("seed", 0)
+        if not is_int(seed) or not -2**63 <= seed < 2**64:
+            raise bad("'seed' must be an integer")
+        width, height = h.get("width"), h.get("height")
+        m = entry.size_multiple
+        if not (is_int(width) and is_int(height) and 0 < width <= protocol.MAX_SIDE
+                and 0 < height <= protocol.MAX_SIDE and width % m == 0 and height % m == 0):
+            raise bad(f"bad size {width!r}x{height!r}: width and height must be integers in "
+                      f"1..{protocol.MAX_SIDE}" + (f", multiples of {m} for {pipeline!r}"
+                                                   if m > 1 else ""))
+        options = h.get("options", {})
+        if not isinstance(options, dict):
+            raise bad("'options' must be an object")
+        problems = entry.check(options) if entry.check else []
+        if problems:
+            raise bad(f"pipeline {pipeline!r} cannot run with these options: "
+                      + "; ".join(map(str, problems)))
+        refs = []
+        for i, (aname, a) in enumerate(msg.arrays.items()):
+            if aname != f"ref{i}":
+                raise bad(f"array {aname!r}: open takes only ref0..refN in order",
+                          protocol.E_BAD_ARRAY)
+            if a.dtype != np.uint8 or a.ndim != 3 or a.shape[2] != 3:
+                raise bad(f"array {aname!r}: identity images are uint8 (H, W, 3), got "
+                          f"{a.dtype}{list(a.shape)}", protocol.E_BAD_ARRAY)
+            refs.append(a)
+        key = (route[0], name)
+        old = self._sessions.get(key)
+        if old is not None:  # re-open replaces the session; its frames are cancelled
+            self._drop_session(old, notify_ref=ref)
+        elif len(self._sessions) >= self.cfg.max_sessions:
+            raise bad(f"the backend has {len(self._sessions)} sessions open (the most it "
+                      f"takes); close some or try later", protocol.E_BUSY)
+        self._sessions[key] = Session(
+            key, list(route), name, pipeline, prompt, negative, seed, width, height, options,
+            refs, settings_hash(pipeline, prompt, negative, seed, width, height, options, refs))
+        self._send(route, reply(protocol.OPENED, session=name, credits=self.cfg.credits,
+                                pipeline=pipeline, width=width, height=height,
+                                ref=_clean(ref)))
+
+    def _on_frame(self, route: list[bytes], msg: Message) -> None:
+        s = self._session(route, msg)
+        frame = msg.frame
+        if not is_int(frame) or not 0 <= frame < 2**53:
+            raise ProtocolError(protocol.E_BAD_MESSAGE, "frame: 'frame' must be an integer "
+                                                        ">= 0", msg.id)
+        for name, a in msg.arrays.items():
+            spec = PASSES.get(name)
+            if spec is None:
+                raise ProtocolError(protocol.E_BAD_ARRAY, f"frame: unknown pass {name!r} "
+                                                          f"(known: {', '.join(PASSES)})", msg.id)
+            dtype, ch = spec
+            shape = (s.height, s.width, ch) if ch else (s.height, s.width)
+            if a.dtype.name != dtype or a.shape != shape:
+                raise ProtocolError(protocol.E_BAD_ARRAY,
+                                    f"frame: pass {name!r} must be {dtype}{list(shape)} for "
+                                    f"this {s.width}x{s.height} session, got "
+                                    f"{a.dtype.name}{list(a.shape)}", msg.id)
+        if frame in s.outstanding:
+            return  # already queued or computing: its one result will come
+        if len(s.outstanding) >= self.cfg.credits:
+            raise ProtocolError(protocol.E_BUSY, f"frame {frame}: {len(s.outstanding)} frames "
+                                                 f"outstanding, credits are {self.cfg.credits}; "
+                                                 f"wait for a result", msg.id)
+        job = Job(s, frame, _clean(msg.id), dict(msg.arrays), frame_seed(s.seed, frame),
+                  time.monotonic())
+        s.outstanding[frame] = job
+        with self._cond:
+            s.queue.append(job)
+            if s.key not in self._ready:
+                self._ready[s.key] = s
+            self._cond.notify()
+
+    def _on_cancel(self, route: list[bytes], msg: Message) -> None:
+        s = self._session(route, msg)
+        frame = msg.frame
+        if frame is not None and not is_int(frame):
+            raise ProtocolError(protocol.E_BAD_MESSAGE, "cancel: 'frame' must be an integer "
+                                                        "or absent", msg.id)
+        if frame is None:
+            jobs = sorted(s.outstanding.values(), key=lambda j: j.frame)
+        else:
+            jobs = [s.outstanding[frame]] if frame in s.outstanding else []
+        for job in jobs:
+            self._cancel_job(job)
+            self._send(s.route, error(E_CANCELLED, f"frame {job.frame} cancelled", msg.id,
+                                      s.name, job.frame))
+
+    def _on_close(self, route: list[bytes], msg: Message) -> None:
+        s = self._session(route, msg)
+        self._drop_session(s)
+        self._send(route, reply(protocol.CLOSED, session=s.name, ref=_clean(msg.id)))
+
+    # ---- session bookkeeping -------------------------------------------------------------
+
+    def _cancel_job(self, job: Job) -> None:
+        """Forget a frame: unqueue it, or flag it so the pipeline stops at its next step."""
+        s = job.session
+        job.cancelled = True
+        s.outstanding.pop(job.frame, None)
+        with self._cond:
+            try:
+                s.queue.remove(job)
+            except ValueError:
+                pass  # computing now
+            if not s.queue:
+                self._ready.pop(s.key, None)
+
+    def _drop_session(self, s: Session, notify_ref: str | None = None) -> None:
+        for job in sorted(s.outstanding.values(), key=lambda j: j.frame):
+            self._cancel_job(job)
+            if notify_ref is not None:
+                self._send(s.route, error(E_CANCELLED, f"frame {job.frame} cancelled (session "
+                                                       f"re-opened)", notify_ref, s.name,
+                                          job.frame))
+        if self._sessions.get(s.key) is s:
+            del self._sessions[s.key]
+
+    def _drop_all(self) -> None:
+        for s in list(self._sessions.values()):
+            self._drop_session(s)
+        self._last_seen.clear()
+
+    def _sweep_idle(self, now: float) -> None:
+        """Free the sessions of clients silent for longer than the session timeout."""
+        timeout = self.cfg.session_timeout
+        if not timeout:
+            return
+        for key, s in list(self._sessions.items()):
+            if now - self._last_seen.get(key[0], 0.0) > timeout:
+                log.info("session %r: client silent for %.0f s, freed", s.name, timeout)
+                self._drop_session(s)
+        for ident, seen in list(self._last_seen.items()):
+            if now - seen > timeout:
+                del self._last_seen[ident]
+
+    def _worker_heartbeat(self, now: float) -> None:
+        """Paranoid Pirate worker: beat every interval; reconnect when the broker is silent."""
+        if now - self._broker_seen > HEARTBEAT_INTERVAL * HEARTBEAT_LIVENESS:
+            log.warning("worker: broker silent, reconnecting in %.0f s", self._backoff)
+            self._drop_all()
+            if self._stop.wait(self._backoff):
+                return
+            self._backoff = min(self._backoff * 2, RECONNECT_MAX)
+            self._reconnect()
+            return
+        if now >= self._heartbeat_at:
+            st = self.status()
+            self._send_raw(reply(protocol.HEARTBEAT, queue_depth=st["queue_depth"],
+                                 sessions=st["sessions"], loaded_models=st["loaded_models"],
+                                 devices=st["devices"]))
+            self._heartbeat_at = now + HEARTBEAT_INTERVAL
+
+    # ---- compute thread and its events ---------------------------------------------------
+
+    def _post(self, wake: zmq.Socket, *event: Any) -> None:
+        self._events.append(event)
+        try:
+            wake.send(b"", flags=zmq.NOBLOCK)
+        except zmq.Again:
+            pass  # the loop is already woken
+
+    def _drain_wake(self) -> None:
+        while True:
+            try:
+                self._wake.recv(flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return
+
+    def _live(self, job: Job) -> bool:
+        s = job.session
+        return (not job.cancelled and s.outstanding.get(job.frame) is job
+                and self._sessions.get(s.key) is s)
+
+    def _deliver_events(self) -> None:
+        while self._events:
+            kind, job, *rest = self._events.popleft()
+            if not self._live(job):
+                continue  # cancelled, closed or its client gone
+            s = job.session
+            if kind == "progress":
+                step, steps = rest
+                self._send(s.route, reply(protocol.PROGRESS, session=s.name, frame=job.frame,
+                                          step=step, steps=steps, ref=job.ref))
+                continue
+            del s.outstanding[job.frame]
+            if kind == "result":
+                rgb, timings, cached = rest
+                self._send(s.route, reply(protocol.RESULT, {"rgb": rgb}, session=s.name,
+                                          frame=job.frame, seed=job.seed, timings=timings,
+                                          cached=cached, ref=job.ref))
+            else:
+                code, text = rest
+                self._send(s.route, error(code, text, job.ref, s.name, job.frame))
+
+    def _next_job(self) -> Job | None:
+        """Round-robin between the sessions with queued frames."""
+        with self._cond:
+            while not self._ready:
+                if self._stop.is_set():
+                    return None
+                self._cond.wait(0.5)
+            key, s = self._ready.popitem(last=False)
+            job = s.queue.popleft()
+            if s.queue:
+                self._ready[key] = s  # back of the line
+            self._running = job
+            return job
+
+    def _pipeline(self, name: str, options: dict[str, Any]) -> Any:
+        entry = pipelines.get(name)
+        load = " ".join(f"{k}={json.dumps(options[k], sort_keys=True)}"
+                        for k in entry.load_keys if k in options)
+        key = (name, self.cfg.device, load)
+        pipe = self._pipes.get(key)
+        if pipe is None:
+            log.info("loading pipeline %s on %s %s", name, self.cfg.device, load)
+            pipe = entry.factory(dict(options), self.cfg.device)
+            self._pipes[key] = pipe
+            while len(self._pipes) > 4:  # one instance per distinct load options
+                self._pipes.popitem(last=False)
+            self.loaded_models = [f"{n}@{d}" + (f" {lo}" if lo else "")
+                                  for n, d, lo in self._pipes]
+        self._pipes.move_to_end(key)
+        return pipe
+
+    def _compute_loop(self) -> None:
+        wake = self.ctx.socket(zmq.PAIR)
+        wake.linger = 0
+        wake.connect(self._wake_addr)
+        try:
+            self._pipeline(self.cfg.pipeline, {})
+        except Exception:
+            log.exception("could not load pipeline %s", self.cfg.pipeline)
+        try:
+            while not self._stop.is_set():
+                job = self._next_job()
+                if job is None:
+                    break
+                try:
+                    self._run_job(job, wake)
+                except pipelines.Cancelled:
+                    pass  # already answered by the cancel
+                except Exception as e:
+                    log.exception("frame %s of %r failed", job.frame, job.session.name)
+                    self._post(wake, "error", job, protocol.E_INTERNAL,
+                               f"pipeline {job.session.pipeline!r} failed on frame "
+                               f"{job.frame}: {type(e).__name__}: {e}")
+                finally:
+                    with self._cond:
+                        self._running = None
+        finally:
+            wake.close(linger=0)
+
+    def _run_job(self, job: Job, wake: zmq.Socket) -> None:
+        s = job.session
+        if job.cancelled:
+            return
+        t0 = time.monotonic()
+        queue_ms = (t0 - job.arrived) * 1000.0
+        pipe = self._pipeline(s.pipeline, s.options)
+        # A temporal frame depends on the previous output (kept in the session's
+        # state), not only on its passes: never answer it from the cache.
+        temporal = getattr(pipe, "stateful", False) and s.options.get("temporal", True)
+        use_cache = (self.cache.max_bytes > 0 and s.options.get("cache", True) is not False
+                     and not temporal)
+        key = (s.settings, job.seed, passes_hash(job.passes)) if use_cache else None
+        rgb = self.cache.get(key) if key else None
+        cached = rgb is not None
+        if rgb is None:
+            progress = s.options.get("progress", True) is not False
+
+            def callback(step: int, steps: int) -> bool:
+                if progress and not job.cancelled:
+                    self._post(wake, "progress", job, step, steps)
+                return not job.cancelled and not self._stop.is_set()
+
+            out = pipe(job.passes, prompt=s.prompt, negative_prompt=s.negative, seed=job.seed,
+                       width=s.width, height=s.height, refs=s.refs, options=s.options,
+                       callback=callback, frame=job.frame, state=s.state)
+            out = np.ascontiguousarray(out)
+            if out.dtype != np.uint8 or out.shape != (s.height, s.width, 3):
+                raise RuntimeError(f"pipeline returned {out.dtype}{list(out.shape)}, not "
+                                   f"uint8[{s.height}, {s.width}, 3]")
+            out.flags.writeable = False
+            if key:
+                self.cache.put(key, out)
+            rgb = out
+        timings = {"queue_ms": round(queue_ms, 3),
+                   "compute_ms": round((time.monotonic() - t0) * 1000.0, 3)}
+        self._post(wake, "result", job, rgb, timings, cached)
+
+
+if __name__ == "__main__":
+    import sys
+
+    from .commands import main
+
+    sys.exit(main(["serve", *sys.argv[1:]]))
