@@ -209,6 +209,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         tune_allocator()
 
         return bench_passes(frames=args.frames or 24)
+    if args.what == "transport":
+        from .bench.transport import main as bench_transport
+
+        return bench_transport(frames=args.frames or 48)
     raise BadInput(f"unknown benchmark {args.what!r}")
 
 
@@ -252,8 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_commands(sub)  # serve, broker, keys
 
     b = sub.add_parser("bench", help="speed benchmarks (ratio against a baseline in one run)")
-    b.add_argument("what", choices=("retarget", "passes"))
-    b.add_argument("--frames", type=int, help="clip length (retarget: 2400, passes: 24)")
+    b.add_argument("what", choices=("retarget", "passes", "transport"))
+    b.add_argument("--frames", type=int,
+                   help="frames (retarget: 2400, passes: 24, transport: 48)")
     b.set_defaults(func=cmd_bench)
     return p
 

@@ -22,7 +22,8 @@ PKG = f"bl_ext.user_default.{MANIFEST['id']}"
 FORBIDDEN = ("tests/", ".venv/", ".git/", "bench/", "build/", "out/", ".ci/", "__pycache__/")
 FORBIDDEN_FILES = ("Makefile", "pyproject.toml")
 # Lazy imports that only the command line reaches (``painted-skin bench``), never Blender.
-CLI_ONLY_IMPORTS = {("cli.py", "bench.retarget"), ("cli.py", "bench.passes")}
+CLI_ONLY_IMPORTS = {("cli.py", "bench.retarget"), ("cli.py", "bench.passes"),
+                    ("cli.py", "bench.transport")}
 
 
 def _blender_ext() -> Path:

@@ -34,7 +34,7 @@ import zmq
 from ...backend import protocol as P
 
 DEFAULT_URL = "tcp://127.0.0.1:5555"
-E_CANCELLED = "cancelled"
+E_CANCELLED = P.E_CANCELLED
 E_UNAVAILABLE = "unavailable"
 
 Arrays = dict[str, np.ndarray]
@@ -142,15 +142,16 @@ class BackendClient:
     """DEALER client of one backend (see the module docstring for the patterns).
 
     ``keys``: CurveZMQ keys, or a ``painted-skin keys`` folder (needed for any
-    backend not on loopback). ``timeout_s``: how long a call waits through silence (reconnecting meanwhile)
-    before it raises :class:`BackendUnavailable`. ``on_dead`` is called each time
-    the backend is found silent (e.g. to restart a local backend).
+    backend not on loopback). ``timeout_s``: how long a call waits through
+    silence (reconnecting meanwhile) before it raises :class:`BackendUnavailable`.
+    ``on_dead`` is called each time the backend is found silent (e.g. to restart
+    a local backend). ``max_inflight`` caps frames in flight below the credits.
     """
 
     def __init__(self, url: str = DEFAULT_URL, keys: CurveKeys | str | Path | None = None,
                  timeout_s: float = 30.0, heartbeat_s: float = 1.0,
                  heartbeat_timeout: float = 3.0, cancel_grace_s: float = 3.0,
-                 on_dead: Callable[[], None] | None = None,
+                 on_dead: Callable[[], None] | None = None, max_inflight: int | None = None,
                  context: zmq.Context | None = None) -> None:
         self.url = url
         self.keys = CurveKeys.from_dir(keys) if isinstance(keys, str | Path) else keys
@@ -158,6 +159,7 @@ class BackendClient:
             timeout_s, heartbeat_s, heartbeat_timeout)
         self.cancel_grace_s = cancel_grace_s
         self.on_dead = on_dead
+        self.max_inflight = max_inflight  # a client-side cap below the session's credits
         self._ctx = context or zmq.Context.instance()
         self._sock: zmq.Socket | None = None
         self._session: dict | None = None  # OPEN fields (without id), kept to re-open
@@ -211,13 +213,20 @@ class BackendClient:
             self._send_open()
 
     def _send(self, frames: list) -> None:
+        """Send without ever blocking: with no usable peer (down, or a refused CURVE
+        handshake) a DEALER would block; the message is dropped instead, and the
+        silence that follows brings the reconnect-and-resend."""
         assert self._sock is not None
-        self._sock.send_multipart(frames, copy=False)
+        try:
+            self._sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            return
         self.bytes_sent += sum(len(f) for f in frames)
 
     def _busy(self) -> bool:
         """Something is expected from the backend (silence then means trouble)."""
-        return bool(self._requests or (self._session is not None and not self._opened)
+        return bool(self._requests or (self._session is not None and not self._opened
+                                       and self._open_error is None)
                     or (self.shot is not None and self.shot.held))
 
     def _mark_busy(self) -> None:
@@ -262,11 +271,14 @@ class BackendClient:
     def open(self, pipeline: str = "echo", width: int = 512, height: int = 512,
              prompt: str = "", negative_prompt: str = "", seed: int = 0,
              options: dict | None = None, refs: Iterable[np.ndarray] = (),
-             session: str | None = None, timeout_s: float | None = None) -> int:
+             session: str | None = None, timeout_s: float | None = None,
+             wait: bool = True) -> int:
         """Open (or re-open) a session; returns its credits (frames in flight).
 
         ``refs`` are uint8 identity images, sent as arrays ``ref0``, ``ref1``…
         The fields are kept: after a reconnect the same session is opened again.
+        ``wait=False`` returns at once (the UI): a shot started meanwhile begins
+        sending when OPENED arrives, and fails with the error if the open fails.
         """
         self._session = {"session": session or P.new_id(), "pipeline": pipeline,
                          "prompt": prompt, "negative_prompt": negative_prompt, "seed": seed,
@@ -276,6 +288,8 @@ class BackendClient:
         self._open_error = None
         self._silent_since = self._last_ping = time.monotonic()
         self._send_open()
+        if not wait:
+            return self.credits
         try:
             self._wait(lambda: self._opened or self._open_error is not None, timeout_s)
         except BackendUnavailable:
@@ -432,7 +446,8 @@ class BackendClient:
             return
         new = 0
         now = time.monotonic()
-        while len(shot.inflight) < self.credits:
+        limit = min(self.credits, self.max_inflight or self.credits)
+        while len(shot.inflight) < limit:
             if shot.resend and shot.resend[0][1] <= now:
                 f, _ = shot.resend.popleft()
                 if f not in shot.held:
@@ -523,10 +538,14 @@ class BackendClient:
         err = _error(msg)
         h = msg.header
         self.last_error = err
-        if err.ref is not None and err.ref == self._open_id:
-            self._open_error = err
-            return
         shot = self.shot
+        if err.ref is not None and err.ref == self._open_id and err.code != E_CANCELLED:
+            self._open_error = err
+            if shot is not None and not shot.done:
+                shot.error = err
+                shot.held.clear()
+                shot.inflight.clear()
+            return
         f = h.get("frame")
         if f is None and err.ref is not None:
             f = self._ids.get(err.ref)
@@ -544,9 +563,12 @@ class BackendClient:
             shot.inflight.discard(f)
             shot.resend.append((f, time.monotonic() + 0.05))
         elif err.code == E_CANCELLED:
-            del shot.held[f]
             shot.inflight.discard(f)
-            shot.dropped.add(f)
+            if shot.cancelled:
+                del shot.held[f]
+                shot.dropped.add(f)
+            elif all(g != f for g, _ in shot.resend):
+                shot.resend.append((f, time.monotonic()))  # dropped by a re-open: send again
         else:
             shot.error = err
             shot.held.clear()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bpy
 
-from . import operators, panel, passes_ui, props
+from . import operators, panel, passes_ui, props, restyle
 
 
 def register() -> None:
@@ -12,9 +12,11 @@ def register() -> None:
     for cls in operators.CLASSES + panel.CLASSES:
         bpy.utils.register_class(cls)
     passes_ui.register()
+    restyle.register()
 
 
 def unregister() -> None:
+    restyle.unregister()
     passes_ui.unregister()
     for cls in reversed(operators.CLASSES + panel.CLASSES):
         bpy.utils.unregister_class(cls)

@@ -1,0 +1,577 @@
+"""Restyle a shot through a backend: passes computed in memory, streamed over
+ZeroMQ, each returned frame written as ``OUT/restyled/####.png``.
+
+    from painted_skin.addon.blender.restyle import restyle_shot
+    restyle_shot(bpy.context.scene, "/tmp/shot", "tcp://127.0.0.1:5555",
+                 frames=range(1, 49), size=512, pipeline="echo", seed=7)
+
+The files on disk are the source of truth: a frame whose PNG exists is not
+computed or sent again, so a re-run (or a farm chunk) resumes. Headless (and in
+the bpy module, where timers never fire) the shot runs in a blocking loop on the
+client's ``zmq.Poller``; in the UI a modal operator polls the same client on an
+event timer (progress in the status bar, Esc cancels) and shows the result as an
+image sequence. Also here: the add-on preferences (backend Python, default URL)
+and the Backend/Restyle panel with "Start local backend" and "Connect".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+import bpy
+import numpy as np
+from bpy.props import BoolProperty, FloatProperty, IntProperty, PointerProperty, StringProperty
+
+from .client import DEFAULT_URL, BackendClient, BackendError, BackendUnavailable, Result
+from .passes import DEFAULT_PASSES, PassOptions, iter_frames
+from .shot_geometry import ShotError, ShotGeometry
+
+RESTYLED = "restyled"
+SETTINGS_FILE = "restyle.json"
+RESULT_IMAGE = "Painted Skin Restyled"
+VSE_STRIP = "Painted Skin Restyled"
+# The settings that make a frame's picture; frames on disk made with others are refused.
+SHOT_KEYS = ("pipeline", "prompt", "negative_prompt", "seed", "width", "height", "options")
+
+Progress = Callable[[int, int, int], None]  # (done, total, frame)
+
+
+def addon_package() -> str:
+    """The add-on's module name: ``painted_skin`` from the editable install,
+    ``bl_ext.<repo>.painted_skin`` as an extension (AddonPreferences.bl_idname)."""
+    return (__package__ or "painted_skin").removesuffix(".addon.blender")
+
+
+def result_path(out: Path, f: int) -> Path:
+    return Path(out) / RESTYLED / f"{f:04d}.png"
+
+
+def frame_done(out: Path, f: int) -> bool:
+    return result_path(out, f).exists()
+
+
+# -- passes on the wire ------------------------------------------------------------------------
+
+def wire_arrays(arrays: dict[str, np.ndarray], skeleton: tuple | None,
+                width: int, height: int) -> dict[str, np.ndarray]:
+    """The passes of one frame in the protocol's dtypes: depth float32 (H, W) planar,
+    +inf where empty; normal float16 (H, W, 3) camera space; skeleton uint8 (H, W, 3)
+    OpenPose drawing; mask uint8 0/255; motion float16 (H, W, 4) prev (u, v), next
+    (u, v) in pixels; parts uint8 labels."""
+    out = {"depth": np.ascontiguousarray(arrays["depth"], np.float32),
+           "normal": np.ascontiguousarray(arrays["normal"], np.float16),
+           "skeleton": (np.ascontiguousarray(skeleton[0], np.uint8) if skeleton is not None
+                        else np.zeros((height, width, 3), np.uint8)),
+           "mask": np.asarray(arrays["mask"]).astype(np.uint8) * np.uint8(255),
+           "motion": np.ascontiguousarray(arrays["motion"], np.float16)}
+    if "parts" in arrays:
+        out["parts"] = np.ascontiguousarray(arrays["parts"], np.uint8)
+    return out
+
+
+def shot_frames(scene: bpy.types.Scene, frames: list[int], width: int, height: int,
+                engine: str = "fast") -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+    """(frame, wire arrays) for ``frames``, computed lazily one frame at a time."""
+    if not frames:
+        return
+    geo = ShotGeometry(scene, width, height)
+    opts = PassOptions(frames=range(min(frames), max(frames) + 1), width=width, height=height,
+                       engine=engine, passes=DEFAULT_PASSES)
+    opts.validate()
+    for f, _, arrays, skel in iter_frames(scene, geo, opts, frames):
+        yield f, wire_arrays(arrays, skel, width, height)
+
+
+def _check_settings(out: Path, settings: dict) -> None:
+    """Refuse to mix frames made with other settings in one folder."""
+    path = out / SETTINGS_FILE
+    if path.exists():
+        old = json.loads(path.read_text())
+        diff = [k for k in SHOT_KEYS if old.get(k) != settings.get(k)]
+        if diff and any((out / RESTYLED).glob("[0-9]*.png")):
+            raise ShotError(f"{out} holds frames restyled with other settings "
+                            f"({', '.join(diff)}): use another output folder or delete it")
+    out.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{SETTINGS_FILE}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(settings, fh, indent=1)
+    os.replace(tmp, path)
+
+
+def _size(size: int | tuple[int, int]) -> tuple[int, int]:
+    return (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
+
+
+def restyle_shot(scene: bpy.types.Scene, out_dir: str | Path, url: str = DEFAULT_URL,
+                 frames: Iterable[int] | None = None, size: int | tuple[int, int] = 512,
+                 pipeline: str = "echo", prompt: str = "", seed: int = 0,
+                 negative_prompt: str = "", options: dict | None = None,
+                 refs: Iterable[np.ndarray] = (), keys=None, engine: str = "fast",
+                 client: BackendClient | None = None, timeout_s: float = 30.0,
+                 progress: Progress | None = None, cancelled: Callable[[], bool] | None = None,
+                 on_dead: Callable[[], None] | None = None) -> dict:
+    """Restyle ``frames`` (default: the scene range) into ``out_dir/restyled``;
+    blocking. Frames already on disk are skipped. ``size``: int or (width, height).
+    Returns a summary (frames, written, skipped, dropped, reconnects, seconds)."""
+    out = Path(out_dir)
+    width, height = _size(size)
+    frames = list(frames if frames is not None else range(scene.frame_start,
+                                                            scene.frame_end + 1))
+    settings = {"pipeline": pipeline, "prompt": prompt, "negative_prompt": negative_prompt,
+                "seed": seed, "width": width, "height": height, "options": options or {}}
+    _check_settings(out, settings)
+    todo = [f for f in frames if not frame_done(out, f)]
+    done = len(frames) - len(todo)
+    summary = {"frames": len(frames), "skipped": done, "written": 0, "dropped": 0,
+               "reconnects": 0, "seconds": 0.0, "out": str(out / RESTYLED)}
+    if progress:
+        progress(done, len(frames), frames[0] if frames else 0)
+    if not todo:
+        return summary
+    (out / RESTYLED).mkdir(parents=True, exist_ok=True)
+    own = client is None
+    if client is None:
+        client = BackendClient(url, keys=keys, timeout_s=timeout_s, on_dead=on_dead)
+    frame_now = scene.frame_current
+    t0 = time.monotonic()
+
+    def on_result(r: Result) -> None:
+        nonlocal done
+        write_result(out, r, width, height)
+        done += 1
+        summary["written"] += 1
+        if progress:
+            progress(done, len(frames), r.frame)
+
+    try:
+        client.open(pipeline, width, height, prompt=prompt, negative_prompt=negative_prompt,
+                    seed=seed, options=options, refs=refs)
+        run = client.run_shot(shot_frames(scene, todo, width, height, engine), on_result,
+                              cancelled=cancelled)
+        summary["dropped"] = run["dropped"]
+        summary["reconnects"] = run["reconnects"]
+    finally:
+        scene.frame_set(frame_now)
+        if own:
+            client.close()
+    summary["seconds"] = time.monotonic() - t0
+    return summary
+
+
+def write_result(out: Path, r: Result, width: int, height: int) -> Path:
+    """Write one returned frame atomically (PNG, top row first)."""
+    from .image_io import write_png
+
+    rgb = np.asarray(r.rgb)
+    if rgb.dtype != np.uint8 or rgb.shape != (height, width, 3):
+        raise BackendError("bad_array", f"frame {r.frame}: expected uint8 ({height}, {width}, "
+                                        f"3), got {rgb.dtype} {rgb.shape}", frame=r.frame)
+    return write_png(result_path(out, r.frame), rgb)
+
+
+# -- local backend ---------------------------------------------------------------------------
+
+_LOCAL: dict = {"proc": None, "url": None, "log": None, "python": None}
+_STATUS = {"text": "not connected", "ok": False}
+
+
+def _backend_env() -> dict[str, str]:
+    """The child's environment: inside an extension (bl_ext.<repo>.painted_skin) its
+    folder is named painted_skin, so its parent on PYTHONPATH makes `-m painted_skin`
+    import these very files (the editable install needs nothing)."""
+    env = dict(os.environ)
+    root = Path(__file__).resolve().parents[2]
+    if root.name == "painted_skin":
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root.parent),
+                                                         env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _bind_url(url: str) -> str:
+    return url.replace("localhost", "127.0.0.1")
+
+
+def launch_local_backend(python: str, url: str, command: list[str] | None = None
+                         ) -> subprocess.Popen:
+    """Start ``<python> -m painted_skin.backend.commands serve --bind URL`` (the
+    handler behind ``painted-skin serve``, without the rest of the CLI) and return
+    at once; its output goes to a log file named in error messages."""
+    python = python or sys.executable
+    cmd = command or [python, "-m", "painted_skin.backend.commands", "serve",
+                      "--bind", _bind_url(url)]
+    log = Path(tempfile.gettempdir()) / f"painted-skin-backend-{url.rsplit(':', 1)[-1]}.log"
+    with open(log, "ab") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=_backend_env(),
+                                stdin=subprocess.DEVNULL)
+    _LOCAL.update(proc=proc, url=url, log=log, python=python, command=command)
+    return proc
+
+
+def start_local_backend(python: str, url: str = DEFAULT_URL, timeout_s: float = 60.0,
+                        command: list[str] | None = None) -> dict:
+    """Launch the local backend and wait until it answers PING; returns the PONG.
+    Raises BackendError saying why (exited early, with its log; or no answer)."""
+    stop_local_backend()
+    proc = launch_local_backend(python, url, command)
+    deadline = time.monotonic() + timeout_s
+    with BackendClient(url, timeout_s=1.0) as c:
+        while True:
+            code = proc.poll()
+            if code is not None:
+                raise BackendError("exited", f"the backend exited with code {code} "
+                                             f"({' '.join(proc.args)}):\n{_log_tail()}")
+            try:
+                return c.ping(timeout_s=min(1.0, max(0.1, deadline - time.monotonic())))
+            except BackendUnavailable:
+                if time.monotonic() > deadline:
+                    stop_local_backend()
+                    raise BackendError("timeout", f"the backend did not answer within "
+                                                  f"{timeout_s:.0f} s; log: {_LOCAL['log']}"
+                                       ) from None
+
+
+def _log_tail(n: int = 2000) -> str:
+    log = _LOCAL.get("log")
+    if not log or not Path(log).exists():
+        return ""
+    return Path(log).read_text(errors="replace")[-n:]
+
+
+def restart_local_if_dead() -> None:
+    """``on_dead`` hook: relaunch the local backend we started if it has exited (the
+    client's reconnection then finds it); other backends are left alone."""
+    proc = _LOCAL.get("proc")
+    if proc is not None and proc.poll() is not None:
+        launch_local_backend(_LOCAL["python"], _LOCAL["url"], _LOCAL.get("command"))
+
+
+def stop_local_backend() -> None:
+    proc = _LOCAL.get("proc")
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    _LOCAL["proc"] = None
+
+
+# -- preferences, settings ---------------------------------------------------------------------
+
+class PS_AddonPreferences(bpy.types.AddonPreferences):
+    bl_idname = addon_package()
+
+    python: StringProperty(name="Backend Python", subtype="FILE_PATH", default="",
+                           description="Python with painted-skin[backend] installed, used by "
+                                       "Start local backend (empty: this Python)")
+    url: StringProperty(name="Backend URL", default=DEFAULT_URL,
+                        description="Default backend address (tcp://HOST:PORT)")
+    keys_dir: StringProperty(name="Keys", subtype="DIR_PATH", default="",
+                             description="painted-skin keys folder, for a backend that is "
+                                         "not on this machine (CurveZMQ)")
+
+    def draw(self, context):
+        col = self.layout.column()
+        col.prop(self, "python")
+        col.prop(self, "url")
+        col.prop(self, "keys_dir")
+
+
+def preferences(context=None) -> PS_AddonPreferences | None:
+    """The add-on's preferences, or None when it is not enabled as an add-on."""
+    context = context or bpy.context
+    addon = context.preferences.addons.get(addon_package())
+    return addon.preferences if addon is not None else None
+
+
+class PS_RestyleSettings(bpy.types.PropertyGroup):
+    url: StringProperty(name="URL", default="",
+                        description="Backend address (empty: the add-on preferences' URL)")
+    pipeline: StringProperty(name="Pipeline", default="echo")
+    prompt: StringProperty(name="Prompt", default="")
+    negative_prompt: StringProperty(name="Negative", default="")
+    seed: IntProperty(name="Seed", default=0, min=0)
+    width: IntProperty(name="Width", default=512, min=16, max=8192)
+    height: IntProperty(name="Height", default=512, min=16, max=8192)
+    out_dir: StringProperty(name="Output", subtype="DIR_PATH", default="//restyle/")
+    use_vse: BoolProperty(name="Add VSE Strip", default=False,
+                          description="Also put the result in the Sequencer")
+
+
+def _settings(context) -> PS_RestyleSettings:
+    return context.scene.painted_skin_restyle
+
+
+def backend_url(context) -> str:
+    s, p = _settings(context), preferences(context)
+    return s.url or (p.url if p is not None else "") or DEFAULT_URL
+
+
+def _keys(context) -> str | None:
+    p = preferences(context)
+    return bpy.path.abspath(p.keys_dir) if p is not None and p.keys_dir else None
+
+
+def _out(context) -> Path:
+    return Path(bpy.path.abspath(_settings(context).out_dir))
+
+
+def show_results(context, out: Path, frames: list[int], use_vse: bool = False
+                 ) -> bpy.types.Image | None:
+    """The restyled frames as an image sequence in every Image Editor (and a VSE strip)."""
+    have = [f for f in frames if frame_done(out, f)]
+    if not have:
+        return None
+    first = result_path(out, have[0])
+    img = bpy.data.images.get(RESULT_IMAGE)
+    if img is not None:
+        bpy.data.images.remove(img)
+    img = bpy.data.images.load(str(first), check_existing=False)
+    img.name = RESULT_IMAGE
+    img.source = "SEQUENCE"
+    for area in context.screen.areas if context.screen else ():
+        if area.type == "IMAGE_EDITOR":
+            space = area.spaces.active
+            space.image = img
+            iu = space.image_user
+            iu.frame_start, iu.frame_duration = have[0], have[-1] - have[0] + 1
+            iu.frame_offset, iu.use_auto_refresh = have[0] - 1, True
+    if use_vse:
+        scene = context.scene
+        ed = scene.sequence_editor or scene.sequence_editor_create()
+        old = ed.strips.get(VSE_STRIP)
+        if old is not None:
+            ed.strips.remove(old)
+        strip = ed.strips.new_image(VSE_STRIP, str(first), channel=2, frame_start=have[0])
+        for f in have[1:]:
+            strip.elements.append(result_path(out, f).name)
+    return img
+
+
+# -- operators ---------------------------------------------------------------------------------
+
+class PS_OT_restyle(bpy.types.Operator):
+    """Restyle the scene's frame range through the backend (Esc cancels; re-running resumes)"""
+
+    bl_idname = "painted_skin.restyle"
+    bl_label = "Restyle Shot"
+
+    _timer = None
+
+    def _args(self, context) -> dict:
+        s = _settings(context)
+        return {"pipeline": s.pipeline, "prompt": s.prompt,
+                "negative_prompt": s.negative_prompt, "seed": s.seed}
+
+    def execute(self, context):
+        # Headless (blender -b, the bpy module): no event loop, run blocking.
+        s = _settings(context)
+        try:
+            summary = restyle_shot(context.scene, _out(context), backend_url(context),
+                                   size=(s.width, s.height), keys=_keys(context),
+                                   on_dead=restart_local_if_dead, **self._args(context))
+        except (ShotError, BackendError) as e:
+            self.report({"ERROR"}, str(e))
+            return {"CANCELLED"}
+        self.report({"INFO"}, f"restyled: {summary['written'] + summary['skipped']}/"
+                              f"{summary['frames']} frames in {summary['out']}")
+        return {"FINISHED"}
+
+    def invoke(self, context, event):
+        if context.window is None:
+            return self.execute(context)
+        s, scene = _settings(context), context.scene
+        self._out = _out(context)
+        self._frames = list(range(scene.frame_start, scene.frame_end + 1))
+        args = self._args(context)
+        try:
+            _check_settings(self._out, {**args, "width": s.width, "height": s.height,
+                                        "options": {}})
+            todo = [f for f in self._frames if not frame_done(self._out, f)]
+            self._done, self._frame_now = len(self._frames) - len(todo), scene.frame_current
+            if not todo:
+                show_results(context, self._out, self._frames, s.use_vse)
+                self.report({"INFO"}, "restyle: every frame is already done")
+                return {"FINISHED"}
+            self._client = BackendClient(backend_url(context), keys=_keys(context),
+                                         on_dead=restart_local_if_dead)
+            self._client.open(args.pop("pipeline"), s.width, s.height, wait=False, **args)
+            (self._out / RESTYLED).mkdir(parents=True, exist_ok=True)
+            w, h = s.width, s.height
+            self._client.start_shot(shot_frames(scene, todo, w, h),
+                                    lambda r: self._on_result(r, w, h))
+        except (ShotError, BackendError, OSError) as e:
+            self.report({"ERROR"}, str(e))
+            return {"CANCELLED"}
+        wm = context.window_manager
+        wm.progress_begin(0, len(self._frames))
+        wm.progress_update(self._done)
+        self._timer = wm.event_timer_add(0.05, window=context.window)
+        wm.modal_handler_add(self)
+        return {"RUNNING_MODAL"}
+
+    def _on_result(self, r: Result, width: int, height: int) -> None:
+        write_result(self._out, r, width, height)
+        self._done += 1
+
+    def modal(self, context, event):
+        shot = self._client.shot
+        if event.type == "ESC" and event.value == "PRESS":
+            self._client.cancel()
+            context.workspace.status_text_set("Painted Skin restyle: cancelling…")
+            return {"RUNNING_MODAL"}
+        if event.type != "TIMER":
+            return {"PASS_THROUGH"}
+        try:
+            # One new frame per tick: computing passes costs ~0.1 s at 512².
+            self._client.poll_once(0, max_send=1)
+        except (BackendError, ShotError) as e:
+            self.report({"ERROR"}, str(e))
+            return self._finish(context)
+        if shot.error is not None:
+            self.report({"ERROR"}, str(shot.error))
+            return self._finish(context)
+        context.window_manager.progress_update(self._done)
+        step = (f", frame {shot.last_progress[0]} step {shot.last_progress[1]}/"
+                f"{shot.last_progress[2]}" if shot.last_progress else "")
+        context.workspace.status_text_set(
+            f"Painted Skin restyle: {self._done}/{len(self._frames)} frames{step} — Esc to stop")
+        if shot.done:
+            return self._finish(context)
+        return {"RUNNING_MODAL"}
+
+    def _finish(self, context):
+        wm = context.window_manager
+        wm.event_timer_remove(self._timer)
+        wm.progress_end()
+        context.workspace.status_text_set(None)
+        shot = self._client.shot
+        self._client.close(timeout_s=0.2)  # the UI must not wait on a dead backend
+        context.scene.frame_set(self._frame_now)
+        show_results(context, self._out, self._frames, _settings(context).use_vse)
+        ok = shot is not None and shot.error is None and not shot.cancelled
+        self.report({"INFO"} if ok else {"WARNING"},
+                    f"restyle: {self._done}/{len(self._frames)} frames"
+                    + ("" if ok else " (stopped; run again to resume)"))
+        return {"FINISHED"} if ok else {"CANCELLED"}
+
+
+class PS_OT_backend_connect(bpy.types.Operator):
+    """Ping the backend at the URL and show its status"""
+
+    bl_idname = "painted_skin.backend_connect"
+    bl_label = "Connect"
+
+    url: StringProperty(name="URL", default="", description="Empty: the panel's URL")
+    timeout: FloatProperty(name="Timeout", default=3.0, min=0.1, description="Seconds")
+
+    def execute(self, context):
+        url = self.url or backend_url(context)
+        if self.url:
+            _settings(context).url = self.url
+        try:
+            with BackendClient(url, keys=_keys(context), timeout_s=self.timeout) as c:
+                st = c.status()
+        except BackendError as e:
+            _STATUS.update(text=f"no backend at {url}", ok=False)
+            self.report({"ERROR"}, str(e))
+            return {"CANCELLED"}
+        _STATUS.update(text=status_line(url, st), ok=True)
+        self.report({"INFO"}, _STATUS["text"])
+        return {"FINISHED"}
+
+
+def status_line(url: str, st: dict) -> str:
+    devices = ", ".join(map(str, st.get("devices") or [])) or "?"
+    return (f"{url}: v{st.get('version', '?')}, {devices}, queue {st.get('queue_depth', 0)}, "
+            f"{st.get('sessions', 0)} session(s)")
+
+
+class PS_OT_backend_start(bpy.types.Operator):
+    """Start `painted-skin serve` here with the preferences' Python; wait until it answers"""
+
+    bl_idname = "painted_skin.backend_start"
+    bl_label = "Start Local Backend"
+
+    timeout: IntProperty(name="Timeout", default=60, min=1)
+
+    def execute(self, context):
+        p = preferences(context)
+        url = backend_url(context)
+        try:
+            start_local_backend(p.python if p is not None else "", url, self.timeout)
+        except BackendError as e:
+            _STATUS.update(text="local backend failed to start", ok=False)
+            self.report({"ERROR"}, str(e))
+            return {"CANCELLED"}
+        return bpy.ops.painted_skin.backend_connect()
+
+
+class PS_OT_backend_stop(bpy.types.Operator):
+    """Stop the local backend started from this Blender"""
+
+    bl_idname = "painted_skin.backend_stop"
+    bl_label = "Stop Local Backend"
+
+    def execute(self, context):
+        stop_local_backend()
+        _STATUS.update(text="local backend stopped", ok=False)
+        return {"FINISHED"}
+
+
+class PS_PT_restyle(bpy.types.Panel):
+    bl_idname = "PS_PT_restyle"
+    bl_label = "Restyle"
+    bl_space_type = "VIEW_3D"
+    bl_region_type = "UI"
+    bl_category = "Painted Skin"
+
+    def draw(self, context):
+        s = _settings(context)
+        col = self.layout.column()
+        col.label(text=_STATUS["text"], icon="LINKED" if _STATUS["ok"] else "UNLINKED")
+        row = col.row(align=True)
+        row.prop(s, "url", text="")
+        row.operator("painted_skin.backend_connect", text="", icon="FILE_REFRESH")
+        row = col.row(align=True)
+        proc = _LOCAL.get("proc")
+        if proc is not None and proc.poll() is None:
+            row.operator("painted_skin.backend_stop", icon="CANCEL")
+        else:
+            row.operator("painted_skin.backend_start", icon="PLAY")
+        col.separator()
+        col.prop(s, "pipeline")
+        col.prop(s, "prompt")
+        col.prop(s, "negative_prompt")
+        col.prop(s, "seed")
+        row = col.row(align=True)
+        row.prop(s, "width")
+        row.prop(s, "height")
+        col.prop(s, "out_dir")
+        col.prop(s, "use_vse")
+        col.operator("painted_skin.restyle", icon="BRUSH_DATA")
+
+
+CLASSES = (PS_AddonPreferences, PS_RestyleSettings, PS_OT_restyle, PS_OT_backend_connect,
+           PS_OT_backend_start, PS_OT_backend_stop, PS_PT_restyle)
+
+
+def register() -> None:
+    for cls in CLASSES:
+        bpy.utils.register_class(cls)
+    bpy.types.Scene.painted_skin_restyle = PointerProperty(type=PS_RestyleSettings)
+
+
+def unregister() -> None:
+    stop_local_backend()
+    del bpy.types.Scene.painted_skin_restyle
+    for cls in reversed(CLASSES):
+        bpy.utils.unregister_class(cls)

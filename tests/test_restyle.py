@@ -1,0 +1,221 @@
+"""Restyle a real shot through a live backend: every frame written, re-runs
+resume, the operators and the local-backend launcher work headless."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from painted_skin import cli
+from painted_skin.rigs import motion as gen
+from test_client import free_url, serve_command, start_backend, stop
+
+
+@pytest.fixture(scope="module")
+def shot_blend(tmp_path_factory) -> Path:
+    """The demo character walking (12 frames), camera following."""
+    import bpy
+    from painted_skin.addon.blender.retarget_api import retarget_clip
+    from painted_skin.rigs.character import build_demo_character, setup_demo_scene
+
+    tmp = tmp_path_factory.mktemp("restyle_shot")
+    bpy.ops.wm.read_factory_settings(use_empty=True)
+    arm = build_demo_character()
+    setup_demo_scene(arm)
+    retarget_clip(gen.write_clip(tmp / "walk.bvh", "walk", frames=12, fps=24), arm)
+    path = tmp / "shot.blend"
+    cli.save_blend_atomic(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def backend_url():
+    url = free_url()
+    proc = start_backend(url)
+    yield url
+    stop(proc)
+
+
+def open_shot(bpy, path: Path):
+    bpy.ops.wm.open_mainfile(filepath=str(path))
+    return bpy.context.scene
+
+
+def test_restyle_shot_writes_every_frame_and_resumes(bpy_clean, shot_blend, backend_url,
+                                                     tmp_path):
+    from painted_skin.addon.blender.image_io import read_image
+    from painted_skin.addon.blender.restyle import restyle_shot, result_path, shot_frames
+    from painted_skin.addon.blender.shot_geometry import ShotError
+    from painted_skin.backend.pipelines.echo import echo_image
+    from painted_skin.backend.server import frame_seed
+
+    scene = open_shot(bpy_clean, shot_blend)
+    frames = range(2, 8)
+    seen: list[tuple[int, int, int]] = []
+    s = restyle_shot(scene, tmp_path, backend_url, frames=frames, size=(48, 64), seed=5,
+                     progress=lambda *p: seen.append(p))
+    assert (s["written"], s["skipped"], s["frames"]) == (6, 0, 6)
+    assert seen[-1][:2] == (6, 6)
+    for f in frames:
+        assert read_image(result_path(tmp_path, f)).shape == (64, 48, 3)
+    # The file is the echo picture of that frame's passes under its frame seed.
+    f, wire = next(shot_frames(scene, [4], 48, 64))
+    np.testing.assert_array_equal(read_image(result_path(tmp_path, 4)),
+                                  echo_image(wire, frame_seed(5, 4), 48, 64))
+    assert wire["mask"].any() and wire["skeleton"].any()
+
+    # Re-run: only the missing frames are computed; the others are untouched.
+    for f in (3, 6):
+        result_path(tmp_path, f).unlink()
+    stamp = {f: result_path(tmp_path, f).stat().st_mtime_ns for f in (2, 4, 5, 7)}
+    s = restyle_shot(scene, tmp_path, backend_url, frames=frames, size=(48, 64), seed=5)
+    assert (s["written"], s["skipped"]) == (2, 4)
+    assert all(result_path(tmp_path, f).stat().st_mtime_ns == t for f, t in stamp.items())
+    assert restyle_shot(scene, tmp_path, backend_url, frames=frames, size=(48, 64),
+                        seed=5)["written"] == 0
+    with pytest.raises(ShotError, match="other settings"):
+        restyle_shot(scene, tmp_path, backend_url, frames=frames, size=(48, 64), seed=6)
+
+
+@pytest.fixture
+def restyle_registered(bpy_clean):
+    from painted_skin.addon.blender import restyle
+
+    restyle.register()
+    yield bpy_clean
+    restyle.unregister()
+
+
+def test_operators_panel_and_results(restyle_registered, shot_blend, backend_url, tmp_path):
+    from painted_skin.addon.blender import restyle
+
+    bpy = restyle_registered
+    assert restyle.PS_AddonPreferences.bl_idname == "painted_skin"
+    scene = open_shot(bpy, shot_blend)
+    scene.frame_start, scene.frame_end = 1, 3
+    s = scene.painted_skin_restyle
+    s.url, s.width, s.height, s.out_dir = backend_url, 32, 32, str(tmp_path)
+    assert bpy.ops.painted_skin.backend_connect() == {"FINISHED"}
+    assert restyle._STATUS["text"].startswith(backend_url)
+    assert bpy.ops.painted_skin.restyle() == {"FINISHED"}
+    assert all(restyle.frame_done(tmp_path, f) for f in (1, 2, 3))
+    img = restyle.show_results(bpy.context, tmp_path, [1, 2, 3], use_vse=True)
+    assert img.source == "SEQUENCE" and img.filepath.endswith("0001.png")
+    strip = scene.sequence_editor.strips[restyle.VSE_STRIP]
+    assert len(strip.elements) == 3 and strip.frame_final_duration == 3
+    s.url = free_url()  # nobody there
+    with pytest.raises(RuntimeError, match="no answer from the backend"):
+        bpy.ops.painted_skin.backend_connect(timeout=0.5)
+    assert restyle._STATUS["text"].startswith("no backend")
+
+
+def test_start_local_backend(tmp_path):
+    from painted_skin.addon.blender import restyle
+    from painted_skin.addon.blender.client import BackendClient, BackendError
+
+    url = free_url()
+    try:
+        pong = restyle.start_local_backend(sys.executable, url, timeout_s=30)
+        assert pong["type"] == "pong"
+        proc = restyle._LOCAL["proc"]
+        assert proc.args == serve_command(url)
+        # The on_dead hook brings back a local backend that died.
+        proc.kill()
+        proc.wait(5)
+        restyle.restart_local_if_dead()
+        with BackendClient(url, timeout_s=20) as c:
+            assert c.ping()["type"] == "pong"
+    finally:
+        restyle.stop_local_backend()
+    with pytest.raises(BackendError, match=r"exited with code 3(.|\n)*boom"):
+        restyle.start_local_backend(sys.executable, url, timeout_s=10, command=[
+            sys.executable, "-c", "import sys; print('boom', flush=True); sys.exit(3)"])
+
+
+class _WM:
+    def __init__(self):
+        self.progress: list[int] = []
+        self.timers = 0
+
+    def progress_begin(self, lo, hi):
+        self.total = hi
+
+    def progress_update(self, v):
+        self.progress.append(v)
+
+    def progress_end(self):
+        pass
+
+    def event_timer_add(self, step, window=None):
+        self.timers += 1
+        return object()
+
+    def event_timer_remove(self, timer):
+        self.timers -= 1
+
+    def modal_handler_add(self, op):
+        pass
+
+
+class _Workspace:
+    def __init__(self):
+        self.status: list[str | None] = []
+
+    def status_text_set(self, text):
+        self.status.append(text)
+
+
+def _fake_modal_run(bpy, cancel_after: int | None = None) -> tuple[set, object, object]:
+    """Drive the modal operator's methods with a fake window context (the bpy
+    module has no windows): TIMER events until it finishes, Esc when asked."""
+    from types import SimpleNamespace
+
+    from painted_skin.addon.blender import restyle
+
+    class Op:
+        invoke, modal, _finish = (restyle.PS_OT_restyle.invoke, restyle.PS_OT_restyle.modal,
+                                  restyle.PS_OT_restyle._finish)
+        _on_result, _args = restyle.PS_OT_restyle._on_result, restyle.PS_OT_restyle._args
+        reports: list = []
+
+        def report(self, kind, text):
+            self.reports.append((kind, text))
+
+    ctx = SimpleNamespace(window=object(), window_manager=_WM(), workspace=_Workspace(),
+                          scene=bpy.context.scene, screen=None,
+                          preferences=bpy.context.preferences)
+    op = Op()
+    ret = op.invoke(ctx, SimpleNamespace(type="NONE", value="NOTHING"))
+    deadline = time.monotonic() + 20
+    while ret == {"RUNNING_MODAL"} and time.monotonic() < deadline:
+        time.sleep(0.01)  # the event timer's period, shortened
+        if cancel_after is not None and op._done >= cancel_after and not op._client.shot.cancelled:
+            ret = op.modal(ctx, SimpleNamespace(type="ESC", value="PRESS"))
+        ret = op.modal(ctx, SimpleNamespace(type="TIMER", value="NOTHING"))
+    return ret, op, ctx
+
+
+def test_modal_operator_progress_cancel_resume(restyle_registered, shot_blend, backend_url,
+                                              tmp_path):
+    from painted_skin.addon.blender import restyle
+
+    bpy = restyle_registered
+    scene = open_shot(bpy, shot_blend)
+    scene.frame_start, scene.frame_end = 1, 8
+    s = scene.painted_skin_restyle
+    s.url, s.width, s.height, s.out_dir = backend_url, 32, 32, str(tmp_path)
+    ret, op, ctx = _fake_modal_run(bpy, cancel_after=2)
+    assert ret == {"CANCELLED"} and "stopped" in op.reports[-1][1]
+    done = [f for f in range(1, 9) if restyle.frame_done(tmp_path, f)]
+    assert 2 <= len(done) < 8
+    assert ctx.window_manager.timers == 0 and ctx.workspace.status[-1] is None
+    assert any(t and "Esc to stop" in t for t in ctx.workspace.status)
+    assert scene.frame_current == 1
+    ret, op, ctx = _fake_modal_run(bpy)  # resumes: only the rest is computed
+    assert ret == {"FINISHED"}
+    assert all(restyle.frame_done(tmp_path, f) for f in range(1, 9))
+    assert ctx.window_manager.progress[0] == len(done)
+    assert bpy.data.images[restyle.RESULT_IMAGE].source == "SEQUENCE"
