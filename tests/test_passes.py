@@ -199,3 +199,24 @@ def test_panel_operators_render_and_preview(bpy_clean, shot_blend, tmp_path):
             bpy.ops.painted_skin.render_passes()
     finally:
         painted_skin.unregister()
+
+
+def test_no_armature_skips_the_skeleton_with_a_warning(bpy_clean, tmp_path):
+    """A shot without a humanoid rig still gets every other pass."""
+    from painted_skin.addon.blender.passes import PassOptions, make_passes
+
+    bpy = bpy_clean
+    scene = bpy.context.scene
+    bpy.ops.mesh.primitive_uv_sphere_add(radius=0.5, location=(0, 0, 0))
+    cam = bpy.data.objects.new("cam", bpy.data.cameras.new("cam"))
+    cam.location = (0, -4, 0)
+    cam.rotation_euler = (1.5708, 0, 0)
+    scene.collection.objects.link(cam)
+    scene.camera = cam
+    summary = make_passes(scene, PassOptions(frames=range(1, 3), width=32, height=32),
+                          tmp_path)
+    assert any("skeleton pass is skipped" in w for w in summary["warnings"])
+    assert read(tmp_path / "mask" / "0001.png").any()
+    data = json.loads((tmp_path / "skeleton" / "0001.json").read_text())
+    assert data["people"] == []
+    assert not read(tmp_path / "skeleton" / "0001.png").any()
