@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from painted_skin.rigs import motion as gen
 
 REPO = Path(__file__).resolve().parents[1]
