@@ -5,16 +5,20 @@ Key folder (``painted-skin keys DIR``, made by ``zmq.auth.create_certificates``)
     DIR/server.key          server public key   (clients need it)
     DIR/server.key_secret   server key pair     (server and broker only)
     DIR/client.key          client public key   (allowed by the server)
-    DIR/client.key_secret   client key pair     (Blender clients, broker workers)
+    DIR/client.key_secret   client key pair     (Blender clients)
+    DIR/workers/worker.key(_secret)   worker key pair (``serve --connect`` behind a broker)
 
-The server allows every public key ``DIR/*.key``: to admit another client,
-copy its ``NAME.key`` there. Binding or connecting anywhere but loopback
+The server and the broker's client side allow every public key ``DIR/*.key``: to
+admit another client, copy its ``NAME.key`` there. The broker's worker side
+admits only ``DIR/workers/*.key`` (its own ZAP domain), so a client key cannot
+register as a worker and see other users' frames. Binding or connecting anywhere but loopback
 (tcp://127.*, localhost, [::1]) or ipc/inproc needs keys; without them the
 backend refuses to start.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from pathlib import Path
@@ -23,7 +27,8 @@ import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 
-SERVER, CLIENT = "server", "client"
+SERVER, CLIENT, WORKER = "server", "client", "worker"
+WORKERS_DIR, WORKERS_DOMAIN = "workers", "workers"
 
 
 class InsecureEndpoint(ValueError):
@@ -38,7 +43,12 @@ def is_loopback(endpoint: str) -> bool:
     if not m:
         return False
     host = m.group(1).strip("[]").lower()
-    return host == "localhost" or host.startswith("127.") or host == "::1"
+    if host == "localhost":
+        return True
+    try:  # a literal address; names like 127.0.0.1.example.net are not loopback
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def require_safe(endpoint: str, keys: str | os.PathLike | None, what: str = "bind") -> None:
@@ -56,10 +66,11 @@ def create_keys(directory: str | os.PathLike) -> dict[str, Path]:
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     out = {}
-    for name in (SERVER, CLIENT):
-        public, secret = d / f"{name}.key", d / f"{name}.key_secret"
+    (d / WORKERS_DIR).mkdir(exist_ok=True)
+    for name, folder in ((SERVER, d), (CLIENT, d), (WORKER, d / WORKERS_DIR)):
+        public, secret = folder / f"{name}.key", folder / f"{name}.key_secret"
         if not (public.exists() and secret.exists()):
-            zmq.auth.create_certificates(str(d), name)
+            zmq.auth.create_certificates(str(folder), name)
         os.chmod(secret, 0o600)
         out[name] = public
         out[name + "_secret"] = secret
@@ -67,7 +78,8 @@ def create_keys(directory: str | os.PathLike) -> dict[str, Path]:
 
 
 def _load(directory: str | os.PathLike, name: str) -> tuple[bytes, bytes]:
-    path = Path(directory) / f"{name}.key_secret"
+    folder = Path(directory) / WORKERS_DIR if name == WORKER else Path(directory)
+    path = folder / f"{name}.key_secret"
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run `painted-skin keys {directory}`")
     public, secret = zmq.auth.load_certificate(str(path))
@@ -80,14 +92,20 @@ def start_authenticator(ctx: zmq.Context, keys: str | os.PathLike) -> ThreadAuth
     auth = ThreadAuthenticator(ctx)
     auth.start()
     auth.configure_curve(domain="*", location=str(Path(keys)))
+    workers = Path(keys) / WORKERS_DIR
+    if workers.is_dir():
+        auth.configure_curve(domain=WORKERS_DOMAIN, location=str(workers))
     return auth
 
 
-def make_server(sock: zmq.Socket, keys: str | os.PathLike) -> None:
-    """Make ``sock`` a CurveZMQ server with DIR/server.key_secret (before bind)."""
+def make_server(sock: zmq.Socket, keys: str | os.PathLike, domain: str | None = None) -> None:
+    """Make ``sock`` a CurveZMQ server with DIR/server.key_secret (before bind);
+    ``domain`` picks which keys it admits (None: DIR/*.key, "workers")."""
     public, secret = _load(keys, SERVER)
     sock.curve_publickey, sock.curve_secretkey = public, secret
     sock.curve_server = True
+    if domain:
+        sock.zap_domain = domain.encode()
 
 
 def make_client(sock: zmq.Socket, keys: str | os.PathLike, name: str = CLIENT) -> None:

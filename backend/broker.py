@@ -120,11 +120,17 @@ class Broker:
             sock = self.ctx.socket(zmq.ROUTER)
             sock.linger = 0
             sock.rcvhwm = sock.sndhwm = 1024
+            sock.router_handover = True  # a reconnecting peer keeps its identity
             sock.setsockopt(zmq.MAXMSGSIZE,
                             protocol.MAX_ARRAY_BYTES + protocol.MAX_HEADER_BYTES)
-            if self.cfg.keys:
-                auth.make_server(sock, self.cfg.keys)
-            sock.bind(endpoint)
+            try:
+                if self.cfg.keys:
+                    auth.make_server(sock, self.cfg.keys,
+                                     domain=auth.WORKERS_DOMAIN if attr == "backend" else None)
+                sock.bind(endpoint)
+            except BaseException:
+                sock.close(linger=0)  # an open socket would block ctx.term() forever
+                raise
             setattr(self, attr, sock)
             endpoints.append(sock.getsockopt_string(zmq.LAST_ENDPOINT))
         return endpoints[0], endpoints[1]
@@ -181,9 +187,12 @@ class Broker:
     def _batch(sock: zmq.Socket, handler) -> None:
         for _ in range(64):
             try:
-                frames = sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+                frames = protocol.recv_capped(sock, zmq.NOBLOCK)
             except zmq.Again:
                 return
+            except protocol.ProtocolError as e:  # too big: drained and dropped
+                log.warning("broker: refused a message: %s", e)
+                continue
             try:
                 handler(frames)
             except Exception:  # a bug must not take the broker down

@@ -15,6 +15,8 @@ import sys
 import threading
 from pathlib import Path
 
+import zmq
+
 from .auth import InsecureEndpoint
 
 
@@ -35,6 +37,13 @@ def _check_keys(keys: str | None, role: str) -> None:
                          f"`painted-skin keys {keys}`")
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return value
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from . import pipelines
     from .server import ServeConfig, Server
@@ -47,7 +56,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                       device=args.device, credits=args.credits,
                       session_timeout=args.session_timeout, keys=args.keys,
                       cache_mb=args.cache_mb)
-    _check_keys(args.keys, "client" if args.connect else "server")
+    _check_keys(args.keys, "workers/worker" if args.connect else "server")
     server = Server(cfg)
     try:
         if args.connect:
@@ -58,6 +67,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             endpoint = server.bind(args.bind)
             print(f"painted-skin serve: listening on {endpoint} ({args.pipeline} on "
                   f"{args.device}{', curve' if args.keys else ''})", flush=True)
+    except zmq.ZMQError as e:
+        server.close()
+        raise ValueError(f"cannot use {args.connect or args.bind}: {e} (pick another "
+                         "port, or stop the other backend)") from None
     except BaseException:
         server.close()
         raise
@@ -75,6 +88,10 @@ def cmd_broker(args: argparse.Namespace) -> int:
                                  session_timeout=args.session_timeout))
     try:
         front, back = broker.bind()
+    except zmq.ZMQError as e:
+        broker.close()
+        raise ValueError(f"cannot bind {args.frontend} / {args.backend}: {e} (pick other "
+                         "ports, or stop the other broker)") from None
     except BaseException:
         broker.close()
         raise
@@ -88,9 +105,11 @@ def cmd_keys(args: argparse.Namespace) -> int:
     from .auth import create_keys
 
     paths = create_keys(args.dir)
-    print(f"painted-skin keys: server {paths['server_secret']} (keep on the backend), "
-          f"client {paths['client_secret']} (give to clients and workers with "
-          f"{paths['server']}); allowed clients: {Path(args.dir) / '*.key'}")
+    print(f"painted-skin keys: server {paths['server_secret']} (keep on the backend and "
+          f"broker), client {paths['client_secret']} (give to clients with {paths['server']}), "
+          f"worker {paths['worker_secret']} (give to broker workers with {paths['server']}); "
+          f"allowed clients: {Path(args.dir) / '*.key'}, "
+          f"allowed workers: {Path(args.dir) / 'workers' / '*.key'}")
     return 0
 
 
@@ -103,7 +122,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="be a worker of the broker at URL (its --backend) instead of binding")
     s.add_argument("--pipeline", default="echo", help="default pipeline, loaded at start")
     s.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    s.add_argument("--credits", type=int, default=4,
+    s.add_argument("--credits", type=_positive_int, default=4,
                    help="frames a session may have outstanding (default 4)")
     s.add_argument("--session-timeout", type=float, default=10.0,
                    help="free the sessions of clients silent this long, seconds (default 10)")

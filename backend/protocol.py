@@ -15,6 +15,7 @@ it into an ``error`` reply and keeps serving.
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -169,7 +170,7 @@ def decode(frames: Sequence[Any], expect: set[str] | None = None) -> Message:
     arrays: dict[str, np.ndarray] = {}
     for desc, frame in zip(descs, frames[1:], strict=True):
         name, dtype, shape = _desc(desc, ref)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        nbytes = math.prod(shape) * np.dtype(dtype).itemsize  # Python ints: no overflow
         if nbytes > MAX_ARRAY_BYTES:
             raise ProtocolError(E_TOO_BIG, f"array {name!r}: {nbytes} bytes > "
                                            f"{MAX_ARRAY_BYTES}", ref)
@@ -199,10 +200,49 @@ def _desc(desc: Any, ref: str | None) -> tuple[str, str, tuple[int, ...]]:
     if (not isinstance(shape, list) or len(shape) > MAX_NDIM
             or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d for d in shape)):
         raise ProtocolError(E_BAD_ARRAY, f"array {name!r}: bad shape {shape!r}", ref)
+    if any(d > MAX_ARRAY_BYTES for d in shape):
+        raise ProtocolError(E_TOO_BIG, f"array {name!r}: dimension over {MAX_ARRAY_BYTES}", ref)
     if len(shape) >= 2 and (shape[0] > MAX_SIDE or shape[1] > MAX_SIDE):
         raise ProtocolError(E_TOO_BIG, f"array {name!r}: image {shape[1]}x{shape[0]} over "
                                        f"{MAX_SIDE} pixels a side", ref)
     return name, dtype, tuple(shape)
+
+
+# Routing frames a ROUTER adds in front of a message (identity, optional delimiter,
+# broker envelopes) besides the header and the arrays.
+MAX_ROUTING_PARTS = 4
+
+
+def recv_capped(sock: Any, flags: int = 0) -> list[Any]:
+    """Receive one multipart message part by part, enforcing the caps as it goes.
+
+    ``MAXMSGSIZE`` on the socket bounds each part; this bounds the number of
+    parts and their total, so a peer cannot make the process hold an unbounded
+    message. An oversized message is drained (its parts dropped as they come)
+    and reported as :class:`ProtocolError` ``too_big`` with the routing frames
+    in ``err.routing`` so the caller can reply. Raises ``zmq.Again`` like
+    ``recv_multipart`` when nothing is waiting.
+    """
+    import zmq
+
+    first = sock.recv(flags, copy=False)
+    frames, total, over = [first], len(first.buffer), False
+    max_parts = MAX_ARRAYS + 1 + MAX_ROUTING_PARTS
+    while sock.getsockopt(zmq.RCVMORE):
+        part = sock.recv(copy=False)
+        total += len(part.buffer)
+        if over or len(frames) >= max_parts or total > MAX_MESSAGE_BYTES + MAX_HEADER_BYTES:
+            if not over:
+                over = True
+                del frames[MAX_ROUTING_PARTS:]  # keep what routing needs, drop the rest
+            continue
+        frames.append(part)
+    if over:
+        err = ProtocolError(E_TOO_BIG, f"message over {max_parts} parts or "
+                                       f"{MAX_MESSAGE_BYTES} bytes: refused")
+        err.routing = frames  # type: ignore[attr-defined]
+        raise err
+    return frames
 
 
 def error_frames(err: ProtocolError, session: str | None = None) -> list[bytes | memoryview]:

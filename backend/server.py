@@ -229,9 +229,13 @@ class Server:
         sock = self.ctx.socket(zmq.ROUTER)
         self._tune(sock)
         sock.router_handover = True
-        if self.cfg.keys:
-            auth.make_server(sock, self.cfg.keys)
-        sock.bind(endpoint)
+        try:
+            if self.cfg.keys:
+                auth.make_server(sock, self.cfg.keys)
+            sock.bind(endpoint)
+        except BaseException:
+            sock.close(linger=0)  # an open socket would block ctx.term() forever
+            raise
         self.sock = sock
         self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         return self.endpoint
@@ -260,9 +264,13 @@ class Server:
             self.sock.close(linger=0)
         sock = self.ctx.socket(zmq.DEALER)
         self._tune(sock)
-        if self.cfg.keys:
-            auth.make_client(sock, self.cfg.keys)
-        sock.connect(self.cfg.connect)
+        try:
+            if self.cfg.keys:
+                auth.make_client(sock, self.cfg.keys, name="worker")
+            sock.connect(self.cfg.connect)
+        except BaseException:
+            sock.close(linger=0)
+            raise
         self.sock = sock
         self.endpoint = self.cfg.connect
         now = time.monotonic()
@@ -374,9 +382,14 @@ class Server:
     def _receive_batch(self) -> None:
         for _ in range(64):  # bounded, so results and heartbeats go out in between
             try:
-                frames = self.sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+                frames = protocol.recv_capped(self.sock, zmq.NOBLOCK)
             except zmq.Again:
                 return
+            except ProtocolError as e:  # too big: drained, answer the sender
+                routing = getattr(e, "routing", [])
+                if routing and not self.cfg.connect:
+                    self._send([routing[0].bytes], error(e.code, str(e)))
+                continue
             if self.cfg.connect:
                 self._broker_seen = time.monotonic()
                 self._backoff = RECONNECT_INIT

@@ -600,7 +600,10 @@ def test_curve_keys(serve, client, tmp_path):
     keys = tmp_path / "keys"
     assert commands.main(["keys", str(keys)]) == 0
     names = sorted(p.name for p in keys.iterdir())
-    assert names == ["client.key", "client.key_secret", "server.key", "server.key_secret"]
+    assert names == ["client.key", "client.key_secret", "server.key", "server.key_secret",
+                     "workers"]
+    assert sorted(p.name for p in (keys / "workers").iterdir()) == ["worker.key",
+                                                                    "worker.key_secret"]
     _, ep = serve(keys=str(keys))  # curve on, even on loopback
     plain = client(ep)
     plain.send(P.PING)

@@ -22,6 +22,7 @@ most once, in any order; answered frames are never sent again.
 from __future__ import annotations
 
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -162,6 +163,7 @@ class BackendClient:
         self.max_inflight = max_inflight  # a client-side cap below the session's credits
         self._ctx = context or zmq.Context.instance()
         self._sock: zmq.Socket | None = None
+        self._identity = b"ps-" + uuid.uuid4().bytes
         self._session: dict | None = None  # OPEN fields (without id), kept to re-open
         self._refs: list[np.ndarray] = []
         self._opened = False
@@ -184,6 +186,10 @@ class BackendClient:
 
     def _connect(self) -> None:
         s = self._ctx.socket(zmq.DEALER)
+        # One identity for the client's whole life: after a Lazy Pirate reconnect
+        # the backend (router_handover) hands the route to the new socket and the
+        # re-OPEN replaces the old session instead of leaving it computing.
+        s.setsockopt(zmq.ROUTING_ID, self._identity)
         s.setsockopt(zmq.LINGER, 0)
         s.setsockopt(zmq.RECONNECT_IVL, 100)
         s.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
