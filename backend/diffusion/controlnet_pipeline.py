@@ -125,9 +125,12 @@ class RestylePipeline:
             p.set_progress_bar_config(disable=True)
         self.scheduler_name = ""
         self._base_scheduler_config = components.scheduler.config
-        self.set_scheduler(components.scheduler_name or "lcm")
+        # The pipeline object is shared by every session of the backend: per-call
+        # options must not stick, so each call starts from these defaults.
+        self.default_scheduler = components.scheduler_name or "lcm"
+        self.set_scheduler(self.default_scheduler)
         self.ip_adapter_loaded = False
-        self.ip_adapter_scale = 0.0
+        self.ip_adapter_scale = self.default_ip_scale = 0.0
         self.loras: list[Lora] = []
         for lora in components.loras:
             self.load_lora(lora.source.ref if hasattr(lora.source, "ref") else lora.source,
@@ -188,6 +191,7 @@ class RestylePipeline:
         self.txt2img.load_ip_adapter(ref, image_encoder_folder=None, **kw)
         self.ip_adapter_loaded = True
         self.ip_adapter_scale = 0.6 if scale is None else float(scale)
+        self.default_ip_scale = self.ip_adapter_scale
 
     # ------------------------------------------------------------ inputs
 
@@ -276,12 +280,11 @@ class RestylePipeline:
 
         options = options or {}
         refs = refs or []
-        self.set_scheduler(str(options.get("scheduler", self.scheduler_name)))
-        steps = max(1, int(options.get("steps", 4)))
+        self.set_scheduler(str(options.get("scheduler", self.default_scheduler)))
+        steps = min(100, max(1, int(options.get("steps", 4))))
         cfg_default = 1.0 if self.scheduler_name in FEW_STEP else 7.0
         guidance = float(options.get("guidance_scale", cfg_default))
-        if "ip_adapter_scale" in options:
-            self.ip_adapter_scale = float(options["ip_adapter_scale"])
+        self.ip_adapter_scale = float(options.get("ip_adapter_scale", self.default_ip_scale))
         controls, present = self.control_images(passes, options, state)
         scales, starts, ends = self._control_settings(options, present)
         gen = torch.Generator("cpu").manual_seed(int(seed) & 0xFFFFFFFFFFFFFFFF)

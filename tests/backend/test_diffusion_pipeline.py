@@ -161,3 +161,20 @@ def test_registered_pipeline_through_create() -> None:
     assert out.shape == (H, W, 3) and out.dtype == np.uint8 and calls == [1, 2, 3, 4]
     assert getattr(p, "stateful", False) and state["frame"] == 0
     assert diffusion.check({"tiny": True}) == []
+
+
+def test_options_of_one_session_do_not_stick_to_the_next():
+    """The backend shares one pipeline between sessions: a session that names a
+    scheduler must not change the pictures of a session that does not."""
+    from painted_skin.backend.diffusion.components import tiny_components
+    from painted_skin.backend.diffusion.controlnet_pipeline import RestylePipeline
+    from painted_skin.backend.diffusion.temporal import synthetic_shot
+
+    passes = synthetic_shot(1, 32, 32)[0]
+    kw = {"prompt": "x", "negative_prompt": "", "seed": 5, "width": 32, "height": 32,
+          "refs": [], "callback": lambda step, steps: True}
+    fresh = RestylePipeline(tiny_components(0), "cpu")(passes, options={"steps": 2}, **kw)
+    shared = RestylePipeline(tiny_components(0), "cpu")
+    shared(passes, options={"steps": 2, "scheduler": "euler_a"}, **kw)
+    again = shared(passes, options={"steps": 2}, **kw)
+    np.testing.assert_array_equal(again, fresh)
