@@ -67,6 +67,13 @@ def test_restyle_shot_writes_every_frame_and_resumes(bpy_clean, shot_blend, back
                                   echo_image(wire, frame_seed(5, 4), 48, 64))
     assert wire["mask"].any() and wire["skeleton"].any()
 
+    # The shot's depth range travels with the options (the backend must not fix it
+    # from whichever frame it sees first) and is kept for resumed runs.
+    import json
+
+    opts = json.loads((tmp_path / "restyle.json").read_text())["options"]
+    assert 0 < opts["depth_near"] < opts["depth_far"]
+
     # Re-run: only the missing frames are computed; the others are untouched.
     for f in (3, 6):
         result_path(tmp_path, f).unlink()
@@ -74,6 +81,7 @@ def test_restyle_shot_writes_every_frame_and_resumes(bpy_clean, shot_blend, back
     s = restyle_shot(scene, tmp_path, backend_url, frames=frames, size=(48, 64), seed=5)
     assert (s["written"], s["skipped"]) == (2, 4)
     assert all(result_path(tmp_path, f).stat().st_mtime_ns == t for f, t in stamp.items())
+    assert json.loads((tmp_path / "restyle.json").read_text())["options"] == opts
     assert restyle_shot(scene, tmp_path, backend_url, frames=frames, size=(48, 64),
                         seed=5)["written"] == 0
     with pytest.raises(ShotError, match="other settings"):

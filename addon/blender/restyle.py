@@ -30,7 +30,7 @@ import numpy as np
 from bpy.props import BoolProperty, FloatProperty, IntProperty, PointerProperty, StringProperty
 
 from .client import DEFAULT_URL, BackendClient, BackendError, BackendUnavailable, Result
-from .passes import DEFAULT_PASSES, PassOptions, iter_frames
+from .passes import DEFAULT_PASSES, PassOptions, iter_frames, shot_depth_range
 from .shot_geometry import ShotError, ShotGeometry
 
 RESTYLED = "restyled"
@@ -89,6 +89,38 @@ def shot_frames(scene: bpy.types.Scene, frames: list[int], width: int, height: i
         yield f, wire_arrays(arrays, skel, width, height)
 
 
+def shot_options(scene: bpy.types.Scene, out: Path, width: int, height: int,
+                 options: dict | None) -> dict:
+    """``options`` plus the shot's depth range (``depth_near``/``depth_far``).
+
+    The backend turns depth into its control image with these; without them it
+    would fix them from the first frame *it* sees, so a resumed, reconnected or
+    failed-over shot would be quantised differently and jump. The range comes
+    from the whole scene range (like the passes' depth16), or from this
+    folder's settings file when a run already fixed it.
+    """
+    options = dict(options or {})
+    if "depth_near" in options and "depth_far" in options:
+        return options
+    path = out / SETTINGS_FILE
+    try:
+        old = json.loads(path.read_text()).get("options", {}) if path.exists() else {}
+    except (OSError, json.JSONDecodeError):
+        old = {}
+    if "depth_near" in old and "depth_far" in old:
+        near, far = old["depth_near"], old["depth_far"]
+    else:
+        frame_now = scene.frame_current
+        try:
+            geo = ShotGeometry(scene, width, height)
+            near, far = shot_depth_range(geo, range(scene.frame_start, scene.frame_end + 1))
+        finally:
+            scene.frame_set(frame_now)
+    options.setdefault("depth_near", float(near))
+    options.setdefault("depth_far", float(far))
+    return options
+
+
 def _check_settings(out: Path, settings: dict) -> None:
     """Refuse to mix frames made with other settings in one folder."""
     path = out / SETTINGS_FILE
@@ -124,8 +156,9 @@ def restyle_shot(scene: bpy.types.Scene, out_dir: str | Path, url: str = DEFAULT
     width, height = _size(size)
     frames = list(frames if frames is not None else range(scene.frame_start,
                                                             scene.frame_end + 1))
+    options = shot_options(scene, out, width, height, options)
     settings = {"pipeline": pipeline, "prompt": prompt, "negative_prompt": negative_prompt,
-                "seed": seed, "width": width, "height": height, "options": options or {}}
+                "seed": seed, "width": width, "height": height, "options": options}
     _check_settings(out, settings)
     todo = [f for f in frames if not frame_done(out, f)]
     done = len(frames) - len(todo)
@@ -393,8 +426,9 @@ class PS_OT_restyle(bpy.types.Operator):
         self._frames = list(range(scene.frame_start, scene.frame_end + 1))
         args = self._args(context)
         try:
-            _check_settings(self._out, {**args, "width": s.width, "height": s.height,
-                                        "options": {}})
+            args["options"] = shot_options(scene, self._out, s.width, s.height,
+                                           args.get("options"))
+            _check_settings(self._out, {**args, "width": s.width, "height": s.height})
             todo = [f for f in self._frames if not frame_done(self._out, f)]
             self._done, self._frame_now = len(self._frames) - len(todo), scene.frame_current
             if not todo:
@@ -409,6 +443,9 @@ class PS_OT_restyle(bpy.types.Operator):
             self._client.start_shot(shot_frames(scene, todo, w, h),
                                     lambda r: self._on_result(r, w, h))
         except (ShotError, BackendError, OSError) as e:
+            if getattr(self, "_client", None) is not None:
+                self._client.close()
+                self._client = None
             self.report({"ERROR"}, str(e))
             return {"CANCELLED"}
         wm = context.window_manager
@@ -433,7 +470,7 @@ class PS_OT_restyle(bpy.types.Operator):
         try:
             # One new frame per tick: computing passes costs ~0.1 s at 512².
             self._client.poll_once(0, max_send=1)
-        except (BackendError, ShotError) as e:
+        except Exception as e:  # disk full, a bad frame...: never leave the UI half-done
             self.report({"ERROR"}, str(e))
             return self._finish(context)
         if shot.error is not None:
