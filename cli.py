@@ -131,7 +131,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     frames = range(scene.frame_start, scene.frame_end + 1)
     summary = make_passes(scene, PassOptions(frames=frames, width=512, height=512),
                           out / "passes", progress=_frame_bar(len(frames)))
-    print(f"Passes: {summary['written']} frames in '{out / 'passes'}'")
+    print(f"Passes: {summary['done']} frames in '{out / 'passes'}'")
     return 0
 
 
@@ -177,7 +177,8 @@ def cmd_passes(args: argparse.Namespace) -> int:
     summary = make_passes(scene, opts, Path(args.out), progress=bar)
     for w in summary["warnings"]:
         print(f"warning: {w}", file=sys.stderr)
-    print(f"passes: {summary['written']}/{summary['frames']} frames in {summary['out']} "
+    print(f"passes: {summary['done']}/{summary['frames']} frames done ({summary['written']} "
+          f"written now) in {summary['out']} "
           f"(near {summary['near']:.3f} m, far {summary['far']:.3f} m)")
     return 0
 

@@ -35,6 +35,7 @@ import numpy as np
 import zmq
 
 from . import auth, pipelines, protocol
+from .diffusion.seeds import frame_seed  # noqa: F401  (re-exported: the one formula)
 from .protocol import Message, ProtocolError
 
 log = logging.getLogger("painted_skin.backend")
@@ -63,14 +64,6 @@ def backend_version() -> str:
 
 
 SERVER_NAME = f"painted-skin {backend_version()}"
-
-
-def frame_seed(seed: int, frame: int) -> int:
-    """The seed of one frame: the first 4 bytes (little-endian uint32) of
-    ``blake2b(f"{seed}:{frame}", digest_size=4)`` — deterministic, and
-    different for every (session seed, frame)."""
-    digest = hashlib.blake2b(f"{seed}:{frame}".encode(), digest_size=4).digest()
-    return int.from_bytes(digest, "little")
 
 
 def settings_hash(pipeline: str, prompt: str, negative: str, seed: int, width: int,

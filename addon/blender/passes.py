@@ -315,7 +315,7 @@ def make_passes(scene: bpy.types.Scene, opts: PassOptions, out: Path,
         out.mkdir(parents=True, exist_ok=True)
         _check_manifest(out, _manifest(opts, near, far, geo))
         todo = [f for f in opts.frames if not frame_done(out, opts.passes, f)]
-        done = len(opts.frames) - len(todo)
+        done = skipped = len(opts.frames) - len(todo)
         if progress:
             progress(done, len(opts.frames), opts.frames.start)
         for f, g, arrays, skel in iter_frames(scene, geo, opts, todo):
@@ -327,7 +327,8 @@ def make_passes(scene: bpy.types.Scene, opts: PassOptions, out: Path,
                 progress(done, len(opts.frames), f)
     finally:
         scene.frame_set(frame_now)
-    return {"frames": len(opts.frames), "written": done, "near": near, "far": far,
+    return {"frames": len(opts.frames), "written": done - skipped, "done": done,
+            "near": near, "far": far,
             "warnings": warnings, "out": str(out)}
 
 

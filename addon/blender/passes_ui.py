@@ -63,7 +63,8 @@ class PS_OT_render_passes(bpy.types.Operator):
             return {"CANCELLED"}
         for w in summary["warnings"]:
             self.report({"WARNING"}, w)
-        self.report({"INFO"}, f"passes: {summary['written']}/{summary['frames']} frames")
+        self.report({"INFO"}, f"passes: {summary['done']}/{summary['frames']} frames "
+                              f"({summary['written']} written now)")
         return {"FINISHED"}
 
     def invoke(self, context, event):

@@ -42,8 +42,9 @@ CONVENTIONS = {
     "axes": "world Z-up, metres; camera space x right, y up, looking down -Z",
     "pixels": "u right, v down, origin top-left, pixel centres at +0.5",
     "depth": "planar camera distance (-z_cam) in metres, float32, +inf where empty",
-    "depth16": "uint16 PNG, 65535*(far-d)/(far-near) with shot-fixed near/far "
-               "(near bright, like MiDaS-style depth ControlNets); 0 where empty",
+    "depth16": "uint16 PNG, 1 + round(65534*clip((far-d)/(far-near), 0, 1)) with the "
+               "shot-fixed near/far of the manifest (near = 65535 bright, far = 1, like "
+               "MiDaS-style depth ControlNets); 0 where empty",
     "normal": "camera-space unit normals (x right, y up, z towards the viewer), float32",
     "normal_color": "ControlNet 1.1 normalbae (ScanNet protocol): RGB = 255*((-x, y, z)+1)/2 "
                     "in camera space: red = left, green = up, blue = towards the viewer; "
