@@ -4,7 +4,8 @@
 Load options (``LOAD_KEYS``; the backend keeps one instance per distinct value)::
 
     model: "sd15"              a model of the registry
-    registry: "/path.toml"     the registry file (default $PAINTED_SKIN_MODELS or the example)
+    (the registry file is the backend's, $PAINTED_SKIN_MODELS or the example: a client
+    cannot make the backend read a path of its choosing)
     tiny: true                 random tiny components instead (tests, benchmarks, no weights)
     tiny_seed: 0, tiny_controlnets: 3, dtype: "float16" | "float32"
 
@@ -18,7 +19,7 @@ from typing import Any
 
 from . import register
 
-LOAD_KEYS = ("model", "registry", "tiny", "tiny_seed", "tiny_controlnets", "dtype")
+LOAD_KEYS = ("model", "tiny", "tiny_seed", "tiny_controlnets", "dtype")
 
 
 def available() -> bool:
@@ -30,12 +31,18 @@ def available() -> bool:
 def check(options: dict[str, Any]) -> list[str]:
     """What keeps ``options``' model from loading (empty when it can): call it
     when a session opens, before the shot starts."""
+    if "registry" in options:
+        return ["option 'registry' is not accepted from clients: set PAINTED_SKIN_MODELS "
+                "where the backend runs"]
+    steps = options.get("steps", 4)
+    if not isinstance(steps, int) or not 1 <= steps <= 100:
+        return [f"steps {steps!r} must be a whole number from 1 to 100"]
     if options.get("tiny"):
         return []
     from ..diffusion.components import load_registry
 
     try:
-        registry = load_registry(options.get("registry"))
+        registry = load_registry(None)
     except (OSError, ValueError) as e:
         return [f"model registry: {e}"]
     name = str(options.get("model", "sd15"))
@@ -60,7 +67,7 @@ def sd15_controlnet(options: dict[str, Any], device: str) -> Any:
         comps = tiny_components(int(options.get("tiny_seed", 0)),
                                 int(options.get("tiny_controlnets", 3)))
     else:
-        registry = load_registry(options.get("registry"))
+        registry = load_registry(None)
         name = str(options.get("model", "sd15"))
         if name not in registry:
             raise KeyError(f"model {name!r} is not in the registry "

@@ -71,8 +71,8 @@ class EchoPipeline:
                  callback: StepCallback | None = None, frame: int | None = None,
                  state: dict[str, Any] | None = None) -> np.ndarray:
         options = options or {}
-        steps = max(1, int(options.get("steps", 4)))
-        delay = max(0.0, float(options.get("delay_ms", 0))) / 1000.0
+        steps = min(100, max(1, int(options.get("steps", 4))))
+        delay = min(10_000.0, max(0.0, float(options.get("delay_ms", 0)))) / 1000.0
         rgb = echo_image(passes, seed, width, height)
         for step in range(1, steps + 1):
             if delay:

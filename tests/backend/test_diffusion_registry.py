@@ -92,14 +92,18 @@ controlnets = {{ depth = "{tmp_path / 'cn-depth'}", normal = "{tmp_path / 'cn-no
     assert str(tmp_path / "cn-normal") in problems[1]
 
 
-def test_factory_and_check_report_missing_models(tmp_path, empty_cache) -> None:
+def test_factory_and_check_report_missing_models(tmp_path, empty_cache, monkeypatch) -> None:
     from painted_skin.backend.pipelines import diffusion
 
     reg = tmp_path / "r.toml"
     reg.write_text('[models.m]\nbase = "nobody/nothing"\n')
-    assert diffusion.check({"registry": str(reg), "model": "other"})[0].startswith(
+    monkeypatch.setenv("PAINTED_SKIN_MODELS", str(reg))  # the backend's own registry
+    assert diffusion.check({"model": "other"})[0].startswith(
         "model 'other' is not in the registry")
-    problems = diffusion.check({"registry": str(reg), "model": "m"})
+    problems = diffusion.check({"model": "m"})
     assert problems and problems[0].startswith("base:") and "nobody/nothing" in problems[0]
     with pytest.raises(C.MissingWeights, match="base"):
-        diffusion.sd15_controlnet({"registry": str(reg), "model": "m"}, "cpu")
+        diffusion.sd15_controlnet({"model": "m"}, "cpu")
+    # A client cannot point the backend at a file of its choosing, nor ask absurd work.
+    assert "not accepted" in diffusion.check({"registry": "/etc/passwd"})[0]
+    assert "1 to 100" in diffusion.check({"tiny": True, "steps": 10_000})[0]
