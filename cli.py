@@ -210,6 +210,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         tune_allocator()
 
         return bench_passes(frames=args.frames or 24)
+    if args.what == "diffusion":
+        from .bench.diffusion import main as bench_diffusion
+
+        return bench_diffusion()
     if args.what == "transport":
         from .bench.transport import main as bench_transport
 
@@ -253,11 +257,13 @@ def build_parser() -> argparse.ArgumentParser:
     p_.set_defaults(func=cmd_passes)
 
     from .backend.commands import add_commands
+    from .backend.diffusion.engine_cli import add_commands as add_engine_commands
 
     add_commands(sub)  # serve, broker, keys
+    add_engine_commands(sub)  # export-onnx
 
     b = sub.add_parser("bench", help="speed benchmarks (ratio against a baseline in one run)")
-    b.add_argument("what", choices=("retarget", "passes", "transport"))
+    b.add_argument("what", choices=("retarget", "passes", "transport", "diffusion"))
     b.add_argument("--frames", type=int,
                    help="frames (retarget: 2400, passes: 24, transport: 48)")
     b.set_defaults(func=cmd_bench)

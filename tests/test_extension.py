@@ -23,6 +23,7 @@ FORBIDDEN = ("tests/", ".venv/", ".git/", "bench/", "build/", "out/", ".ci/", "_
 FORBIDDEN_FILES = ("Makefile", "pyproject.toml")
 # Lazy imports that only the command line reaches (``painted-skin bench``), never Blender.
 CLI_ONLY_IMPORTS = {("cli.py", "bench.retarget"), ("cli.py", "bench.passes"),
+                    ("cli.py", "bench.diffusion"),
                     ("cli.py", "bench.transport")}
 
 

@@ -36,7 +36,7 @@ MANIFEST_VERSION = 1
 FILES = {
     "depth": [("depth", "exr"), ("depth16", "png")],
     "normal": [("normal", "exr"), ("normal_color", "png")],
-    "skeleton": [("skeleton", "png"), ("skeleton", "json")],
+    "skeleton": [("skeleton", "png"), ("skeleton", "json"), ("skeleton_coco18", "json")],
     "mask": [("mask", "png")],
     "parts": [("parts", "png"), ("parts_color", "png")],
     "motion": [("motion", "exr")],
@@ -234,17 +234,19 @@ def _write_frame(out: Path, f: int, arrays: dict, opts: PassOptions, near: float
         img = np.concatenate([srgb, rgba[..., 3:]], axis=-1)
         write_png(out / "beauty" / f"{name}.png", np.round(img * 255).astype(np.uint8))
     if "skeleton" in want:
-        image, data = skeleton if skeleton is not None else (
-            np.zeros((opts.height, opts.width, 3), np.uint8), {"people": []})
+        image, data, coco = skeleton if skeleton is not None else (
+            np.zeros((opts.height, opts.width, 3), np.uint8), {"people": []}, {"people": []})
         write_png(out / "skeleton" / f"{name}.png", image)
         _write_json(out / "skeleton" / f"{name}.json", data)
+        _write_json(out / "skeleton_coco18" / f"{name}.json", coco)
     # The camera file goes last: it marks the frame complete (see frame_done).
     _write_json(out / "camera" / f"{name}.json", {"frame": f, "camera": g.camera.to_dict()})
 
 
 def skeleton_pass(g: FrameGeometry, depth: np.ndarray,
-                  head_rest: np.ndarray | None) -> tuple[np.ndarray, dict] | None:
-    """OpenPose drawing + JSON of one frame, or None without a humanoid map."""
+                  head_rest: np.ndarray | None) -> tuple[np.ndarray, dict, dict] | None:
+    """OpenPose drawing + BODY_25 JSON + COCO-18 JSON of one frame, or None
+    without a humanoid map."""
     if not g.joints:
         return None
     from ..core import openpose
@@ -256,7 +258,9 @@ def skeleton_pass(g: FrameGeometry, depth: np.ndarray,
     cam = g.camera
     image = openpose.draw_openpose(kp["body25"], hands, cam.width, cam.height, face=kp["face"])
     data = openpose.openpose_json(kp["body25"], hands, kp["face"], cam.width, cam.height)
-    return image, data
+    coco = openpose.openpose_json(kp["body25"], hands, kp["face"], cam.width, cam.height,
+                                  coco18=True)
+    return image, data, coco
 
 
 def iter_frames(scene: bpy.types.Scene, geo: ShotGeometry, opts: PassOptions,

@@ -19,7 +19,7 @@ from typing import Any
 
 from . import register
 
-LOAD_KEYS = ("model", "tiny", "tiny_seed", "tiny_controlnets", "dtype")
+LOAD_KEYS = ("model", "tiny", "tiny_seed", "tiny_controlnets", "dtype", "engine")
 
 
 def available() -> bool:
@@ -73,6 +73,10 @@ def sd15_controlnet(options: dict[str, Any], device: str) -> Any:
             raise KeyError(f"model {name!r} is not in the registry "
                            f"(it has: {', '.join(sorted(registry))})")
         comps = load_components(registry[name], tdtype)
+    if options.get("engine", "torch") == "onnx":
+        from ..diffusion.onnx_engine import OnnxRestylePipeline
+
+        return OnnxRestylePipeline(comps, device, tdtype)
     return RestylePipeline(comps, device, tdtype)
 
 
