@@ -41,8 +41,11 @@ test-slow: $(STAMP) $(BSTAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-bench: $(STAMP)
+bench: $(STAMP) $(BSTAMP)
 	$(VENV)/bin/painted-skin bench retarget
+	$(VENV)/bin/painted-skin bench passes
+	$(VENV)/bin/painted-skin bench transport
+	$(BACKEND_VENV)/bin/painted-skin bench diffusion
 
 extension: $(STAMP)
 	mkdir -p build
