@@ -8,31 +8,17 @@ same functions back the panel and the Python API. Exit codes: 0 success,
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import tempfile
 from pathlib import Path
+
+from .addon.core.atomic import write_json_atomic
 
 EXIT_BAD_INPUT = 2
 
 
 class BadInput(Exception):
     """Raised for user errors; printed without a traceback, exit 2."""
-
-
-def write_json_atomic(path: Path, data: object) -> None:
-    """Write JSON next to ``path`` and rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, default=float)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def save_blend_atomic(path: Path) -> None:

@@ -13,9 +13,6 @@ live in ``manifest.json``; per-frame cameras in ``camera/####.json``.
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +21,7 @@ import bpy
 import numpy as np
 
 from ..core import encodings
+from ..core.atomic import read_json, write_json_atomic
 from ..core.raster import inside_closed_mesh, motion_vectors, rasterize
 from .shot_geometry import FrameGeometry, ShotError, ShotGeometry
 
@@ -85,18 +83,6 @@ def frame_done(out: Path, passes: tuple[str, ...], f: int) -> bool:
     return all(p.exists() for p in frame_paths(out, passes, f))
 
 
-def _write_json(path: Path, data: object) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=1, default=float)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def shot_depth_range(geo: ShotGeometry, frames: range) -> tuple[float, float]:
     """Near/far over the whole scene range (not a farm chunk), padded 5%: every
     chunk of a shot must quantise depth identically, or the 16-bit depth flickers."""
@@ -145,9 +131,9 @@ def _check_manifest(out: Path, manifest: dict) -> None:
     """Refuse to mix outputs made with other settings in one folder."""
     path = out / "manifest.json"
     if not path.exists():
-        _write_json(path, manifest)
+        write_json_atomic(path, manifest)
         return
-    old = json.loads(path.read_text())
+    old = read_json(path, "passes manifest")
     for key in ("width", "height", "engine", "near", "far"):
         if old.get(key) != manifest[key] and not (
                 isinstance(old.get(key), float) and np.isclose(old[key], manifest[key])):
@@ -157,7 +143,7 @@ def _check_manifest(out: Path, manifest: dict) -> None:
     if passes != sorted(old.get("passes", [])):
         old["passes"] = passes
         old["files"] = {**old.get("files", {}), **manifest["files"]}
-        _write_json(path, old)
+        write_json_atomic(path, old)
 
 
 def fast_frame(geo: ShotGeometry, g: FrameGeometry, prev: FrameGeometry | None,
@@ -237,10 +223,10 @@ def _write_frame(out: Path, f: int, arrays: dict, opts: PassOptions, near: float
         image, data, coco = skeleton if skeleton is not None else (
             np.zeros((opts.height, opts.width, 3), np.uint8), {"people": []}, {"people": []})
         write_png(out / "skeleton" / f"{name}.png", image)
-        _write_json(out / "skeleton" / f"{name}.json", data)
-        _write_json(out / "skeleton_coco18" / f"{name}.json", coco)
+        write_json_atomic(out / "skeleton" / f"{name}.json", data)
+        write_json_atomic(out / "skeleton_coco18" / f"{name}.json", coco)
     # The camera file goes last: it marks the frame complete (see frame_done).
-    _write_json(out / "camera" / f"{name}.json", {"frame": f, "camera": g.camera.to_dict()})
+    write_json_atomic(out / "camera" / f"{name}.json", {"frame": f, "camera": g.camera.to_dict()})
 
 
 def skeleton_pass(g: FrameGeometry, depth: np.ndarray,
@@ -312,7 +298,7 @@ def make_passes(scene: bpy.types.Scene, opts: PassOptions, out: Path,
         else:
             manifest_path = out / "manifest.json"
             if manifest_path.exists():
-                old = json.loads(manifest_path.read_text())
+                old = read_json(manifest_path, "passes manifest")
                 near, far = old["near"], old["far"]
             else:
                 near, far = shot_depth_range(geo, range(scene.frame_start, scene.frame_end + 1))

@@ -29,6 +29,7 @@ import bpy
 import numpy as np
 from bpy.props import BoolProperty, FloatProperty, IntProperty, PointerProperty, StringProperty
 
+from ..core.atomic import read_json, write_json_atomic
 from .client import DEFAULT_URL, BackendClient, BackendError, BackendUnavailable, Result
 from .passes import DEFAULT_PASSES, PassOptions, iter_frames, shot_depth_range
 from .shot_geometry import ShotError, ShotGeometry
@@ -125,16 +126,15 @@ def _check_settings(out: Path, settings: dict) -> None:
     """Refuse to mix frames made with other settings in one folder."""
     path = out / SETTINGS_FILE
     if path.exists():
-        old = json.loads(path.read_text())
+        try:
+            old = read_json(path, "restyle settings")
+        except ValueError as e:
+            raise ShotError(str(e)) from None
         diff = [k for k in SHOT_KEYS if old.get(k) != settings.get(k)]
         if diff and any((out / RESTYLED).glob("[0-9]*.png")):
             raise ShotError(f"{out} holds frames restyled with other settings "
                             f"({', '.join(diff)}): use another output folder or delete it")
-    out.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{SETTINGS_FILE}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(settings, fh, indent=1)
-    os.replace(tmp, path)
+    write_json_atomic(path, settings, indent=1)
 
 
 def _size(size: int | tuple[int, int]) -> tuple[int, int]:
