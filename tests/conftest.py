@@ -34,3 +34,21 @@ def shared_data() -> Path:
 
 
 sys.dont_write_bytecode = True
+
+
+def demo_walk_blend(folder: Path, frames: int) -> Path:
+    """Save a real shot: the demo character walking ``frames`` frames at 24 fps,
+    with the demo camera following it. Used by the passes and restyle tests."""
+    import bpy
+    from painted_skin.addon.blender.retarget_api import retarget_clip
+    from painted_skin.cli import save_blend_atomic
+    from painted_skin.rigs import motion as gen
+    from painted_skin.rigs.character import build_demo_character, setup_demo_scene
+
+    bpy.ops.wm.read_factory_settings(use_empty=True)
+    arm = build_demo_character()
+    setup_demo_scene(arm)
+    retarget_clip(gen.write_clip(folder / "walk.bvh", "walk", frames=frames, fps=24), arm)
+    path = folder / "shot.blend"
+    save_blend_atomic(path)
+    return path

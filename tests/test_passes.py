@@ -7,25 +7,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import demo_walk_blend
 from painted_skin import cli
-from painted_skin.rigs import motion as gen
 
 
 @pytest.fixture(scope="module")
 def shot_blend(tmp_path_factory) -> Path:
     """The demo character walking (24 frames), camera following: a real shot."""
-    import bpy
-    from painted_skin.addon.blender.retarget_api import retarget_clip
-    from painted_skin.rigs.character import build_demo_character, setup_demo_scene
-
-    tmp = tmp_path_factory.mktemp("shot")
-    bpy.ops.wm.read_factory_settings(use_empty=True)
-    arm = build_demo_character()
-    setup_demo_scene(arm)
-    retarget_clip(gen.write_clip(tmp / "walk.bvh", "walk", frames=24, fps=24), arm)
-    path = tmp / "shot.blend"
-    cli.save_blend_atomic(path)
-    return path
+    return demo_walk_blend(tmp_path_factory.mktemp("shot"), frames=24)
 
 
 def open_shot(bpy, path: Path):

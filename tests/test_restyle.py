@@ -9,26 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from painted_skin import cli
-from painted_skin.rigs import motion as gen
+from conftest import demo_walk_blend
 from test_client import free_url, serve_command, start_backend, stop
 
 
 @pytest.fixture(scope="module")
 def shot_blend(tmp_path_factory) -> Path:
     """The demo character walking (12 frames), camera following."""
-    import bpy
-    from painted_skin.addon.blender.retarget_api import retarget_clip
-    from painted_skin.rigs.character import build_demo_character, setup_demo_scene
-
-    tmp = tmp_path_factory.mktemp("restyle_shot")
-    bpy.ops.wm.read_factory_settings(use_empty=True)
-    arm = build_demo_character()
-    setup_demo_scene(arm)
-    retarget_clip(gen.write_clip(tmp / "walk.bvh", "walk", frames=12, fps=24), arm)
-    path = tmp / "shot.blend"
-    cli.save_blend_atomic(path)
-    return path
+    return demo_walk_blend(tmp_path_factory.mktemp("restyle_shot"), frames=12)
 
 
 @pytest.fixture(scope="module")

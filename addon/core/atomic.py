@@ -12,20 +12,24 @@ import tempfile
 from pathlib import Path
 
 
-def write_json_atomic(path: str | os.PathLike, data: object, indent: int = 2) -> Path:
-    """Write ``data`` as JSON to ``path`` atomically (folders made as needed)."""
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write UTF-8 ``text`` (LF line ends) to ``path`` atomically; folders made."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=indent, default=float)
-            fh.write("\n")
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(text)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_json_atomic(path: str | os.PathLike, data: object, indent: int = 2) -> Path:
+    """Write ``data`` as JSON to ``path`` atomically (folders made as needed)."""
+    return write_text_atomic(path, json.dumps(data, indent=indent, default=float) + "\n")
 
 
 def read_json(path: str | os.PathLike, what: str) -> dict:

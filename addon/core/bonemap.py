@@ -23,7 +23,6 @@ import difflib
 import json
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ...rigs.humanoid import CORE, FINGER_SEGMENTS, FINGERS, JOINT_BY_NAME, NAMES
+from .atomic import write_text_atomic
 from .skeleton import Skeleton
 
 
@@ -198,18 +198,7 @@ class BoneMap:
             text = _to_toml(self.to_dict())
         else:
             raise BoneMapError(f"{path.name}: bone maps are saved as .toml or .json")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-                fh.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        write_text_atomic(path, text)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], skel: Skeleton | None = None) -> BoneMap:

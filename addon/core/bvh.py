@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
@@ -29,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .atomic import write_text_atomic
 from .skeleton import Motion, Skeleton, compose, forward_kinematics
 from .transforms import axis_angle_to_matrix, matrix_to_euler
 
@@ -690,19 +690,7 @@ def make_clip(names: Sequence[str], parents: Sequence[int], offsets: np.ndarray,
 
 def write_bvh_clip(path: str | os.PathLike, clip: BvhClip, precision: int = 6) -> Path:
     """Write ``clip`` as BVH text, atomically (temp file in the same folder + rename)."""
-    path = Path(path)
-    text = format_bvh(clip, precision)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    return write_text_atomic(path, format_bvh(clip, precision))
 
 
 def format_bvh(clip: BvhClip, precision: int = 6) -> str:
