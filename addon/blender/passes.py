@@ -22,7 +22,7 @@ import numpy as np
 
 from ..core import encodings
 from ..core.atomic import read_json, write_json_atomic
-from ..core.raster import inside_closed_mesh, motion_vectors, rasterize
+from ..core.raster import inside_closed_mesh, motion_vectors_many, rasterize
 from .shot_geometry import FrameGeometry, ShotError, ShotGeometry
 
 PASSES = ("depth", "normal", "skeleton", "mask", "parts", "motion", "beauty")
@@ -168,10 +168,11 @@ def fast_frame(geo: ShotGeometry, g: FrameGeometry, prev: FrameGeometry | None,
         out["parts"] = np.where(frag.mask, geo.vertex_parts[vid], 0).astype(np.uint8)
     if "motion" in want:
         mv = np.zeros(frag.depth.shape + (4,), np.float32)
-        for k, other in ((0, prev), (2, nxt)):
-            if other is not None:
-                oc = other.camera
-                mv[..., k:k + 2] = motion_vectors(frag, geo.tris, oc.to_camera(other.positions), oc)
+        slots = [(k, o) for k, o in ((0, prev), (2, nxt)) if o is not None]
+        flows = motion_vectors_many(frag, geo.tris, [(o.camera.to_camera(o.positions), o.camera)
+                                                     for _, o in slots])
+        for (k, _), flow in zip(slots, flows, strict=True):
+            mv[..., k:k + 2] = flow
         out["motion"] = mv
     return out
 
@@ -251,30 +252,65 @@ def skeleton_pass(g: FrameGeometry, depth: np.ndarray,
 
 def iter_frames(scene: bpy.types.Scene, geo: ShotGeometry, opts: PassOptions,
                 frames: list[int]) -> Iterator[tuple[int, FrameGeometry, dict, tuple | None]]:
-    """The engine: yields (frame, geometry, pass arrays, skeleton image+JSON or None)."""
-    want = set(opts.passes)
+    """The engine: yields (frame, geometry, pass arrays, skeleton image+JSONs or None)."""
     if opts.engine == "cycles":
-        source = _cycles_frames(scene, frames, opts)
+        yield from _cycles_iter(scene, geo, opts, frames)
     else:
-        source = ((f, None) for f in frames)
-    cache: dict[int, FrameGeometry] = {}
+        yield from _fast_iter(geo, opts, frames)
+
+
+def _fast_iter(geo: ShotGeometry, opts: PassOptions, frames: list[int]
+               ) -> Iterator[tuple[int, FrameGeometry, dict, tuple | None]]:
+    """Fast engine as a two-stage pipeline: this (main) thread evaluates frames in
+    Blender, which only it may do, while one worker thread rasterises the frame
+    before (numpy releases the GIL in its heavy loops) and the caller writes the
+    one before that. At most two frames are in flight."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    want = set(opts.passes)
     joints = "skeleton" in want
-    for f, rendered in source:
-        # Each frame is evaluated once: the next frame's geometry (needed for
-        # its motion vectors) is kept for the following iteration.
-        g = cache.get(f) or geo.frame(f, with_joints=joints)
+
+    def compute(g: FrameGeometry, prev, nxt) -> tuple[dict, tuple | None]:
+        arrays = fast_frame(geo, g, prev, nxt, want)
+        return arrays, (skeleton_pass(g, arrays["depth"], geo.head_rest) if joints else None)
+
+    cache: dict[int, FrameGeometry] = {}
+    pending = None
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="painted-skin-passes") as pool:
+        try:
+            for f in frames:
+                # Each frame is evaluated once: the next frame's geometry (needed for
+                # its motion vectors) is kept for the following iteration.
+                g = cache.get(f) or geo.frame(f, with_joints=joints)
+                _check_camera_outside(geo, g)
+                prev = nxt = None
+                if "motion" in want:
+                    prev = cache.get(f - 1) or geo.frame(f - 1)
+                    nxt = geo.frame(f + 1, with_joints=joints)
+                cache = {f: g} if nxt is None else {f: g, f + 1: nxt}
+                job = (f, g, pool.submit(compute, g, prev, nxt))
+                if pending is not None:
+                    pf, pg, fut = pending
+                    yield (pf, pg, *fut.result())
+                pending = job
+            if pending is not None:
+                pf, pg, fut = pending
+                pending = None
+                yield (pf, pg, *fut.result())
+        finally:
+            if pending is not None:  # the caller stopped early: let the worker finish
+                pending[2].cancel()
+
+
+def _cycles_iter(scene: bpy.types.Scene, geo: ShotGeometry, opts: PassOptions,
+                 frames: list[int]) -> Iterator[tuple[int, FrameGeometry, dict, tuple | None]]:
+    want = set(opts.passes)
+    joints = "skeleton" in want
+    for f, arrays in _cycles_frames(scene, frames, opts):
+        g = geo.frame(f, with_joints=joints)
         _check_camera_outside(geo, g)
-        if rendered is None:
-            prev = nxt = None
-            if "motion" in want:
-                prev = cache.get(f - 1) or geo.frame(f - 1)
-                nxt = geo.frame(f + 1, with_joints=joints)
-            arrays = fast_frame(geo, g, prev, nxt, want)
-            cache = {f: g} if nxt is None else {f: g, f + 1: nxt}
-        else:
-            arrays = rendered
-            if "parts" in want:
-                arrays["parts"] = fast_frame(geo, g, None, None, {"parts"})["parts"]
+        if "parts" in want:
+            arrays["parts"] = fast_frame(geo, g, None, None, {"parts"})["parts"]
         skel = skeleton_pass(g, arrays["depth"], geo.head_rest) if joints else None
         yield f, g, arrays, skel
 

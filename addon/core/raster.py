@@ -424,19 +424,31 @@ def motion_vectors(frag: Fragments, tris: np.ndarray, verts_cam_other: np.ndarra
     frame (vertex positions ``verts_cam_other`` in that frame's camera space, projected
     by ``cam_other``) minus its pixel centre now; (H, W, 2) float32 as (du right, dv
     down), 0 where empty or where the point is behind the other camera."""
+    return motion_vectors_many(frag, tris, [(verts_cam_other, cam_other)])[0]
+
+
+def motion_vectors_many(frag: Fragments, tris: np.ndarray,
+                        others: list[tuple[np.ndarray, Camera]]) -> list[np.ndarray]:
+    """:func:`motion_vectors` towards several frames at once (previous and next):
+    the visible pixels, their barycentrics and vertex ids are gathered once."""
     h, w = frag.tri.shape
     m = frag.mask
-    out = np.zeros((h, w, 2), np.float32)
+    outs = [np.zeros((h, w, 2), np.float32) for _ in others]
     if not m.any():
-        return out
-    corners = np.asarray(verts_cam_other, np.float64)[np.asarray(tris, np.int64)[frag.tri[m]]]
-    p = np.einsum("nk,nkc->nc", frag.bary[m].astype(np.float64), corners)
-    uv, d = cam_other.project(p)
+        return outs
+    vid = np.asarray(tris, np.int64)[frag.tri[m]]  # (N, 3)
+    bary = frag.bary[m].astype(np.float64)
     ii, jj = np.nonzero(m)
-    mv = uv - np.stack([jj + 0.5, ii + 0.5], axis=1)
-    ok = (d > 0) if not cam_other.ortho else np.ones(len(d), bool)
-    out[m] = np.where(ok[:, None], mv, 0.0)
-    return out
+    centre = np.stack([jj + 0.5, ii + 0.5], axis=1)
+    for out, (verts, cam) in zip(outs, others, strict=True):
+        v = np.asarray(verts, np.float64)
+        p = (bary[:, :, None] * v[vid]).sum(axis=1)
+        uv, d = cam.project(p)
+        mv = uv - centre
+        if not cam.ortho:
+            mv[d <= 0] = 0.0
+        out[m] = mv
+    return outs
 
 
 def inside_closed_mesh(point: np.ndarray, verts: np.ndarray, tris: np.ndarray) -> bool:
