@@ -55,7 +55,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     cfg = ServeConfig(bind=args.bind, connect=args.connect, pipeline=args.pipeline,
                       device=args.device, credits=args.credits,
                       session_timeout=args.session_timeout, keys=args.keys,
-                      cache_mb=args.cache_mb)
+                      cache_mb=args.cache_mb, shm=not args.no_shm)
     _check_keys(args.keys, "workers/worker" if args.connect else "server")
     server = Server(cfg)
     try:
@@ -128,6 +128,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="free the sessions of clients silent this long, seconds (default 10)")
     s.add_argument("--cache-mb", type=float, default=512.0, help="result cache size (MB)")
     s.add_argument("--keys", metavar="DIR", help="CurveZMQ keys (painted-skin keys DIR)")
+    s.add_argument("--no-shm", action="store_true",
+                   help="never take frames through shared memory from local clients")
     s.add_argument("-v", "--verbose", action="store_true")
     s.set_defaults(func=cmd_serve)
 

@@ -15,6 +15,14 @@ One socket loop (main thread) and one compute thread:
 Nothing is unbounded: a session may hold ``credits`` frames (queued or
 running), the server at most ``max_sessions`` sessions, the result cache
 ``cache_mb`` megabytes. Every malformed message gets an ``error`` reply.
+
+Shared memory (same machine, Linux): a bound server (never a broker's worker)
+grants ``"shm"`` in OPENED to a local client that asked and proved its segment
+readable here; its FRAME arrays are then read-only views of the client's
+segment, valid only until the frame's reply. So nothing that outlives the reply
+may keep such a view: a stateful pipeline gets private copies of the passes, the
+result and the cache never alias them, and a frame whose slot was rewritten
+meanwhile (its generation changed) is answered ``cancelled``, never cached.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import importlib.metadata
 import importlib.util
 import json
 import logging
+import re
 import threading
 import time
 from collections import OrderedDict, deque
@@ -148,6 +157,8 @@ class ServeConfig:
     keys: str | None = None
     cache_mb: float = 512.0
     max_sessions: int = 256
+    shm: bool = True  # grant the shared-memory data path to local clients that ask
+    max_shm_segments: int = 4  # segments mapped per session (least recently used dropped)
 
 
 @dataclass(eq=False)
@@ -167,6 +178,8 @@ class Session:
     outstanding: dict[int, Job] = field(default_factory=dict)
     queue: deque[Job] = field(default_factory=deque)  # guarded by Server._cond
     state: dict[str, Any] = field(default_factory=dict)  # the pipeline's, compute thread only
+    shm: bool = False  # granted: FRAME arrays may lie in the client's segments
+    shm_maps: OrderedDict[str, protocol.ShmSegment] = field(default_factory=OrderedDict)
 
 
 @dataclass(eq=False)
@@ -178,6 +191,12 @@ class Job:
     seed: int
     arrived: float
     cancelled: bool = False
+    shm: bool = False  # some passes are views of the client's shared memory
+    slot: tuple[protocol.ShmSegment, int, int] | None = None  # (segment, offset, generation)
+
+    def fresh(self) -> bool:
+        """Its shared-memory slot still holds this frame (the client has not reused it)."""
+        return self.slot is None or self.slot[0].read_u64(self.slot[1]) == self.slot[2]
 
 
 class Server:
@@ -211,6 +230,7 @@ class Server:
         self._broker_seen = 0.0
         self._heartbeat_at = 0.0
         self._backoff = RECONNECT_INIT
+        self._peer: Any = None  # the frame being handled (its Peer-Address)
 
     # ---- sockets -------------------------------------------------------------------------
 
@@ -305,6 +325,8 @@ class Server:
         self._wake = self.ctx.socket(zmq.PAIR)
         self._wake.bind(self._wake_addr)
         self._probe_devices()
+        if self._shm_possible():
+            protocol.sweep_shm()  # segments of clients that crashed while no backend ran
         self._compute.start()
         next_sweep = time.monotonic() + 0.5
         try:
@@ -343,6 +365,8 @@ class Server:
                 pass
         if self._compute.is_alive():
             self._compute.join(timeout=5)
+        for sess in list(self._sessions.values()):
+            self._shm_release(sess)
         if self.sock is not None:
             self.sock.close(linger=0)
         if self._wake is not None:
@@ -410,9 +434,14 @@ class Server:
             body = body[1:]
         self._last_seen[ident] = time.monotonic()
         header: dict[str, Any] = {}
+        self._peer = frames[-1]
         try:
-            msg = protocol.decode(body, expect=protocol.CLIENT_TYPES)
+            msg = protocol.decode(body, expect=protocol.CLIENT_TYPES,
+                                  allow_shm=self._shm_possible())
             header = msg.header
+            if msg.shm and msg.type != protocol.FRAME:
+                raise ProtocolError(protocol.E_BAD_ARRAY, f"{msg.type}: only frame arrays may "
+                                                          "lie in shared memory", msg.id)
             getattr(self, f"_on_{msg.type}")(route, msg)
         except ProtocolError as e:
             self._send(route, error(e.code, str(e), e.ref or header.get("id"),
@@ -502,12 +531,96 @@ class Server:
         elif len(self._sessions) >= self.cfg.max_sessions:
             raise bad(f"the backend has {len(self._sessions)} sessions open (the most it "
                       f"takes); close some or try later", protocol.E_BUSY)
-        self._sessions[key] = Session(
+        s = self._sessions[key] = Session(
             key, list(route), name, pipeline, prompt, negative, seed, width, height, options,
             refs, settings_hash(pipeline, prompt, negative, seed, width, height, options, refs))
+        if h.get("shm") is True:
+            self._grant_shm(s, h.get("shm_probe"))
         self._send(route, reply(protocol.OPENED, session=name, credits=self.cfg.credits,
                                 pipeline=pipeline, width=width, height=height,
-                                ref=_clean(ref)))
+                                ref=_clean(ref), **({"shm": True} if s.shm else {})))
+
+    # ---- shared memory -------------------------------------------------------------------
+
+    def _shm_possible(self) -> bool:
+        """Shared memory at all: enabled, Linux, and not a broker's worker (the broker
+        may hand the session to a worker on another machine)."""
+        return self.cfg.shm and not self.cfg.connect and protocol.shm_supported()
+
+    def _peer_is_local(self) -> bool:
+        """The current message's sender is on this machine (loopback or ipc)."""
+        if self.endpoint and protocol.is_local_endpoint(self.endpoint):
+            return True
+        try:
+            addr = self._peer.get("Peer-Address")
+        except (AttributeError, zmq.ZMQError):
+            return False
+        return isinstance(addr, str) and protocol.is_loopback_host(addr)
+
+    def _grant_shm(self, s: Session, probe: Any) -> None:
+        """Grant when local and the probe segment is readable here with the client's
+        token (proves the same machine and user; an ssh tunnel or container fails)."""
+        if not (self._shm_possible() and self._peer_is_local() and isinstance(probe, dict)):
+            return
+        name, token = probe.get("segment"), probe.get("token")
+        if not (isinstance(token, str) and re.fullmatch(r"[0-9a-f]{32}", token)
+                and isinstance(name, str)):
+            return
+        try:
+            seg = self._shm_map(s, name)
+        except ProtocolError as e:
+            log.info("session %r: no shared memory (%s)", s.name, e)
+            return
+        if bytes(seg.buf[:24]) == protocol.SHM_MAGIC + bytes.fromhex(token):
+            s.shm = True
+
+    def _shm_map(self, s: Session, name: str) -> protocol.ShmSegment:
+        seg = s.shm_maps.get(name)
+        if seg is None or seg.closed:
+            seg = protocol.ShmSegment.attach(name)
+            s.shm_maps[name] = seg
+            while len(s.shm_maps) > self.cfg.max_shm_segments:
+                s.shm_maps.popitem(last=False)[1].close()  # views in jobs keep it mapped
+        s.shm_maps.move_to_end(name)
+        return seg
+
+    def _shm_arrays(self, s: Session, msg: Message) -> tuple[dict[str, np.ndarray], Any]:
+        """The FRAME's arrays with its shared-memory ones mapped (bounds checked first),
+        and its slot ``(segment, offset, generation)`` when it names one."""
+        if not s.shm:
+            raise ProtocolError(protocol.E_BAD_ARRAY, "frame: shared memory was not granted "
+                                                      "for this session; send arrays inline",
+                                msg.id)
+        arrays = dict(msg.arrays)
+        for r in msg.shm:
+            arrays[r.name] = self._shm_map(s, r.segment).view(r.dtype, r.shape, r.offset)
+        slot = msg.header.get("slot")
+        if slot is None:
+            return arrays, None
+        if not isinstance(slot, dict):
+            raise ProtocolError(protocol.E_BAD_MESSAGE, "frame: 'slot' must be an object",
+                                msg.id)
+        name, offset, gen = slot.get("segment"), slot.get("offset"), slot.get("gen")
+        if not (isinstance(name, str) and is_int(offset) and is_int(gen) and gen > 0):
+            raise ProtocolError(protocol.E_BAD_MESSAGE, "frame: 'slot' needs segment, offset "
+                                                        "and gen > 0", msg.id)
+        seg = self._shm_map(s, name)
+        now = seg.read_u64(offset)
+        if now is None:
+            raise ProtocolError(protocol.E_BAD_ARRAY, f"frame: slot offset {offset} outside "
+                                                      f"segment {name!r}", msg.id)
+        if now != gen:
+            raise ProtocolError(E_CANCELLED, f"frame {msg.frame}: its shared-memory slot holds "
+                                             "newer data (a stale message)", msg.id)
+        return arrays, (seg, offset, gen)
+
+    def _shm_release(self, s: Session) -> None:
+        """Unmap a freed session's segments; unlink those whose creator is dead."""
+        maps, s.shm_maps = s.shm_maps, OrderedDict()
+        for name, seg in maps.items():
+            seg.close()
+            if protocol.reap_shm(name):
+                log.info("session %r: removed shared memory %s of a dead client", s.name, name)
 
     def _on_frame(self, route: list[bytes], msg: Message) -> None:
         s = self._session(route, msg)
@@ -515,7 +628,8 @@ class Server:
         if not is_int(frame) or not 0 <= frame < 2**53:
             raise ProtocolError(protocol.E_BAD_MESSAGE, "frame: 'frame' must be an integer "
                                                         ">= 0", msg.id)
-        for name, a in msg.arrays.items():
+        arrays, slot = self._shm_arrays(s, msg) if msg.shm else (msg.arrays, None)
+        for name, a in arrays.items():
             spec = PASSES.get(name)
             if spec is None:
                 raise ProtocolError(protocol.E_BAD_ARRAY, f"frame: unknown pass {name!r} "
@@ -533,8 +647,8 @@ class Server:
             raise ProtocolError(protocol.E_BUSY, f"frame {frame}: {len(s.outstanding)} frames "
                                                  f"outstanding, credits are {self.cfg.credits}; "
                                                  f"wait for a result", msg.id)
-        job = Job(s, frame, _clean(msg.id), dict(msg.arrays), frame_seed(s.seed, frame),
-                  time.monotonic())
+        job = Job(s, frame, _clean(msg.id), dict(arrays), frame_seed(s.seed, frame),
+                  time.monotonic(), shm=bool(msg.shm), slot=slot)
         s.outstanding[frame] = job
         with self._cond:
             s.queue.append(job)
@@ -586,6 +700,8 @@ class Server:
                                           job.frame))
         if self._sessions.get(s.key) is s:
             del self._sessions[s.key]
+        if s.shm_maps:
+            self._shm_release(s)
 
     def _drop_all(self) -> None:
         for s in list(self._sessions.values()):
@@ -738,23 +854,39 @@ class Server:
         key = (s.settings, job.seed, passes_hash(job.passes)) if use_cache else None
         rgb = self.cache.get(key) if key else None
         cached = rgb is not None
+        if job.shm and not job.fresh():
+            self._post(wake, "error", job, E_CANCELLED, f"frame {job.frame}: its shared-memory "
+                                                        "slot was rewritten before it ran")
+            return
         if rgb is None:
             progress = s.options.get("progress", True) is not False
+            passes = job.passes
+            if job.shm and getattr(pipe, "stateful", False):
+                # a stateful pipeline may keep its inputs (e.g. the previous depth) in the
+                # session state beyond this call: give it copies, not views of the slot
+                passes = {k: np.array(v) for k, v in passes.items()}
 
             def callback(step: int, steps: int) -> bool:
                 if progress and not job.cancelled:
                     self._post(wake, "progress", job, step, steps)
                 return not job.cancelled and not self._stop.is_set()
 
-            out = pipe(job.passes, prompt=s.prompt, negative_prompt=s.negative, seed=job.seed,
+            out = pipe(passes, prompt=s.prompt, negative_prompt=s.negative, seed=job.seed,
                        width=s.width, height=s.height, refs=s.refs, options=s.options,
                        callback=callback, frame=job.frame, state=s.state)
             out = np.ascontiguousarray(out)
             if out.dtype != np.uint8 or out.shape != (s.height, s.width, 3):
                 raise RuntimeError(f"pipeline returned {out.dtype}{list(out.shape)}, not "
                                    f"uint8[{s.height}, {s.width}, 3]")
+            if job.shm:
+                if not job.fresh():  # the client reused the slot meanwhile: garbage in
+                    self._post(wake, "error", job, E_CANCELLED, f"frame {job.frame}: its "
+                               "shared-memory slot was rewritten while it ran")
+                    return
+                if any(np.may_share_memory(out, a) for a in passes.values()):
+                    out = out.copy()  # the reply and the cache outlive the slot
             out.flags.writeable = False
-            if key:
+            if key and not job.cancelled:
                 self.cache.put(key, out)
             rgb = out
         timings = {"queue_ms": round(queue_ms, 3),

@@ -4,7 +4,9 @@ The same frames of passes (depth f32, normal f16×3, skeleton u8×3, mask u8,
 motion f16×4 — 5.5 MB a frame at 512²) go, in one run, through
 
 * the real backend (``painted-skin serve``, echo pipeline, its own process on
-  loopback) with :class:`BackendClient`: raw arrays, zero-copy, credits;
+  loopback) with :class:`BackendClient`: raw arrays, zero-copy, credits — once
+  over TCP (``shm=False``) and once the way a local client talks by default,
+  the passes in shared memory (when the platform and the backend grant it);
 * an HTTP server (``http.server.ThreadingHTTPServer``, its own process) the way
   the A1111/ComfyUI bridges of other Blender add-ons move images: one JSON POST
   per frame whose passes are base64 PNGs (zlib level 6, PIL's default; float
@@ -17,9 +19,12 @@ frame: wall time minus the no-op baseline, i.e. the work the server does anyway
 in-process) — for ZeroMQ both streamed (what a shot pays) and with one frame in
 flight (the bare latency, ~5.5 MB each way). Last line:
 ``transport speedup: <x>x overhead_ms: <ms> gbps: <GB/s>`` with speedup = HTTP
-ms/frame ÷ ZeroMQ streamed ms/frame, overhead = ZeroMQ streamed, GB/s = bytes
-both ways over ZeroMQ per second of the streamed run. All end to end: a slow
-backend pipeline caps the speedup and GB/s.
+ms/frame ÷ ZeroMQ streamed ms/frame, overhead = ZeroMQ streamed, GB/s = array
+and header bytes moved both ways per second of the streamed run (socket bytes
+plus, on the shared-memory path, the pass bytes handed over in shared memory).
+The ZeroMQ figure of the last line is the default local path (shared memory
+when granted; the line before says which); the TCP figures are printed too.
+All end to end: a slow backend pipeline caps the speedup and GB/s.
 """
 
 from __future__ import annotations
@@ -210,22 +215,37 @@ def _shot(c: BackendClient, p: dict, frames: range) -> tuple[float, float]:
     return time.perf_counter() - t, float(np.mean(compute))
 
 
-def bench_zmq(url: str, p: dict, frames: int, size: int) -> dict:
+def bench_zmq(url: str, p: dict, frames: int, size: int, shm: bool = False) -> dict:
     """Stream ``frames`` frames through the backend (credits in flight), then a
-    few one at a time (the bare round trip); ms per frame, GB/s both ways."""
-    with BackendClient(url, timeout_s=60) as c:
+    few one at a time (the bare round trip); ms per frame, GB/s both ways.
+    ``shm``: let the client use shared memory (``path`` says whether it did)."""
+    with BackendClient(url, timeout_s=60, shm=shm) as c:
         c.ping()
         c.open("echo", size, size, seed=1, options={"progress": False})
-        _shot(c, p, range(10_000, 10_003))  # warm-up
-        b0 = c.bytes_sent + c.bytes_received
+        _shot(c, p, range(10_000, 10_003))  # warm-up (and the slots' first page faults)
+
+        def moved() -> int:
+            return c.bytes_sent + c.bytes_received + c.bytes_shm
+
+        b0, s0 = moved(), c.bytes_shm
         wall, compute = _shot(c, p, range(frames))
-        nbytes = c.bytes_sent + c.bytes_received - b0
+        nbytes, via_shm = moved() - b0, c.bytes_shm - s0
         c.max_inflight = 1
         n1 = max(2, frames // 4)
         wall1, compute1 = _shot(c, p, range(frames, frames + n1))
+        path = "shm" if c.shm_active and via_shm else "tcp"
     return {"ms": wall / frames * 1000, "gbps": nbytes / wall / 1e9,
             "bytes_per_frame": nbytes / frames, "compute_ms": compute,
-            "rt_ms": wall1 / n1 * 1000, "rt_compute_ms": compute1}
+            "rt_ms": wall1 / n1 * 1000, "rt_compute_ms": compute1, "path": path}
+
+
+def _zmq_line(z: dict, frames: int) -> str:
+    via = ("passes in shared memory, rgb on the socket" if z["path"] == "shm"
+           else "everything on the socket")
+    return (f"zeromq {z['path']}, {frames} frames streamed: {z['ms']:.2f} ms/frame, "
+            f"{1000 / z['ms']:.1f} frames/s, {z['gbps']:.2f} GB/s "
+            f"({z['bytes_per_frame'] / 1e6:.2f} MB/frame both ways, {via}); backend compute "
+            f"{z['compute_ms']:.2f} ms/frame; one in flight {z['rt_ms']:.2f} ms round trip")
 
 
 def bench_http(port: int, p: dict, frames: int, size: int) -> dict:
@@ -268,10 +288,14 @@ def main(frames: int = 48, size: int = 512, http_frames: int | None = None) -> i
         print(f"frames of {size}x{size}: {', '.join(BENCH_PASSES)} = {raw / 1e6:.2f} MB raw")
         noop = bench_noop(p, frames, size)
         print(f"no-op baseline (echo in-process): {noop:.2f} ms/frame")
-        z = bench_zmq(url, p, frames, size)
-        print(f"zeromq, {frames} frames streamed: {z['ms']:.2f} ms/frame, {1000 / z['ms']:.1f} "
-              f"frames/s, {z['gbps']:.2f} GB/s ({z['bytes_per_frame'] / 1e6:.2f} MB/frame both "
-              f"ways); backend compute {z['compute_ms']:.2f} ms/frame (echo + cache hash)")
+        zt = bench_zmq(url, p, frames, size, shm=False)
+        print(_zmq_line(zt, frames))
+        zs = bench_zmq(url, p, frames, size, shm=True)
+        if zs["path"] == "shm":
+            print(_zmq_line(zs, frames))
+        else:
+            print("zeromq shm: not granted here (needs Linux and a local backend): tcp only")
+        z = zs if zs["path"] == "shm" else zt
         h = bench_http(port, p, http_frames, size)
         print(f"http+png, {http_frames} frames: {h['ms']:.2f} ms/frame, {1000 / h['ms']:.1f} "
               f"frames/s; request body {h['body_bytes'] / 1e6:.2f} MB of base64 PNG "
@@ -283,9 +307,13 @@ def main(frames: int = 48, size: int = 512, http_frames: int | None = None) -> i
     # (what a shot pays, credits in flight) and with one frame in flight (latency).
     overhead = max(z["ms"] - z["compute_ms"], 0.0)
     rt_over = max(z["rt_ms"] - z["rt_compute_ms"], 0.0)
-    print(f"overhead per frame: zeromq streamed {overhead:.2f} ms, one in flight "
-          f"{rt_over:.2f} ms ({z['rt_ms']:.2f} round trip - {z['rt_compute_ms']:.2f} backend); "
-          f"http {h['ms'] - noop:.2f} ms ({h['ms']:.2f} - echo {noop:.2f})")
+    print(f"overhead per frame: zeromq tcp streamed {max(zt['ms'] - zt['compute_ms'], 0.0):.2f}"
+          f" ms ({zt['gbps']:.2f} GB/s, {h['ms'] / zt['ms']:.1f}x http), one in flight "
+          f"{max(zt['rt_ms'] - zt['rt_compute_ms'], 0.0):.2f} ms; http {h['ms'] - noop:.2f} ms "
+          f"({h['ms']:.2f} - echo {noop:.2f})")
+    print(f"overhead per frame, zeromq {z['path']} (the figure below): streamed "
+          f"{overhead:.2f} ms, one in flight {rt_over:.2f} ms ({z['rt_ms']:.2f} round trip - "
+          f"{z['rt_compute_ms']:.2f} backend)")
     print(f"transport speedup: {h['ms'] / z['ms']:.1f}x overhead_ms: {overhead:.3f} "
           f"gbps: {z['gbps']:.2f}")
     return 0

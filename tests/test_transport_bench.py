@@ -22,9 +22,14 @@ def test_png_roundtrip_and_quantisation():
 
 
 def test_bench_transport_last_line(capsys):
+    from painted_skin.backend.protocol import shm_supported
     from painted_skin.bench.transport import main
 
     assert main(frames=4, size=32) == 0
-    last = capsys.readouterr().out.strip().splitlines()[-1]
+    out = capsys.readouterr().out
+    last = out.strip().splitlines()[-1]
+    assert "zeromq tcp, 4 frames streamed" in out  # the TCP figure is always there
+    if shm_supported():  # and the local default, shared memory, is the headline figure
+        assert "zeromq shm, 4 frames streamed" in out and "zeromq shm (the figure below)" in out
     assert re.fullmatch(r"transport speedup: \d+(\.\d+)?x overhead_ms: \d+\.\d+ gbps: \d+\.\d+",
                         last), last

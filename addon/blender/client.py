@@ -17,10 +17,21 @@ every unanswered frame is sent again. While busy a PING goes out about every
 and keeps the session from being freed). Flow control: never more than the
 session's ``credits`` frames in flight. Each frame is answered to the caller at
 most once, in any order; answered frames are never sent again.
+
+Shared memory (Linux, ipc:// or loopback URLs, ``shm=True`` by default): the
+client asks in OPEN; when OPENED grants it, each frame's passes are copied into a
+free slot of a ring in one shared-memory segment (:class:`ShmRing`) and the FRAME
+carries only their descriptors. A slot stays bound to its frame until the frame
+is answered (RESULT or its error), then it is reused; each write gets a new
+generation the backend checks, so a stale read is never used. The segment is
+unlinked on :meth:`BackendClient.close`, at garbage collection or interpreter
+exit, and — after a crash — by the backend freeing the session or the next
+client's sweep (dead creators hold no lock). Anything else: the plain TCP path.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections import deque
@@ -34,7 +45,11 @@ import zmq
 
 from ...backend import protocol as P
 
+log = logging.getLogger("painted_skin.client")
+
 DEFAULT_URL = "tcp://127.0.0.1:5555"
+SHM_BYTES_PER_PIXEL = 24  # all the passes of a frame: 4 + 6 + 3 + 1 + 8 + 1 = 23 bytes
+SHM_MIN_SLOTS = 8
 E_CANCELLED = P.E_CANCELLED
 E_UNAVAILABLE = "unavailable"
 
@@ -131,6 +146,69 @@ class Shot:
                 "seconds": time.monotonic() - self.started}
 
 
+class ShmRing:
+    """Frame slots in one shared-memory segment the client owns.
+
+    Layout: the segment header (magic + probe token), then ``slots`` slots of
+    ``slot_bytes``: a 64-byte slot header (uint64 generation) and the arrays,
+    each 64-byte aligned. A slot belongs to ``(shot, frame)`` until that frame
+    leaves ``shot.held`` (answered or dropped) or another shot starts.
+    """
+
+    def __init__(self, slots: int, slot_bytes: int) -> None:
+        self.slots = slots
+        self.slot_bytes = -(-slot_bytes // 4096) * 4096
+        self.seg = P.ShmSegment.create(P.SHM_HEADER + slots * self.slot_bytes)
+        self.token = uuid.uuid4().hex
+        self.seg.buf[:24] = P.SHM_MAGIC + bytes.fromhex(self.token)
+        self._owner: list[tuple[Shot, int] | None] = [None] * slots
+        self._placed: list[tuple[dict, dict] | None] = [None] * slots
+        self._gen = 0
+
+    @property
+    def name(self) -> str:
+        return self.seg.name
+
+    def probe(self) -> dict[str, str]:
+        """OPEN's ``shm_probe``: the backend grants shm only if it reads this token."""
+        return {"segment": self.seg.name, "token": self.token}
+
+    def _free(self, i: int, shot: Shot) -> bool:
+        o = self._owner[i]
+        return o is None or o[0] is not shot or o[1] not in shot.held
+
+    def in_use(self, shot: Shot | None) -> bool:
+        return shot is not None and not all(self._free(i, shot) for i in range(self.slots))
+
+    def place(self, shot: Shot, frame: int, arrays: Arrays) -> tuple[dict, dict] | None:
+        """``(placements, slot)`` of ``frame``: its slot again when it has one (a
+        re-send: nothing rewritten), else a free slot written now. None: no free
+        slot or too big (send inline)."""
+        for i, o in enumerate(self._owner):
+            if o is not None and o[0] is shot and o[1] == frame:
+                return self._placed[i]
+        i = next((i for i in range(self.slots) if self._free(i, shot)), None)
+        if i is None:
+            return None
+        base = P.SHM_HEADER + i * self.slot_bytes
+        self._owner[i] = self._placed[i] = None
+        self.seg.write_u64(base, 0)  # invalid while the data changes
+        placements = self.seg.write(arrays, base + P.SHM_ALIGN, base + self.slot_bytes)
+        if placements is None:
+            return None
+        self._gen += 1
+        self.seg.write_u64(base, self._gen)
+        slot = {"segment": self.seg.name, "offset": base, "gen": self._gen}
+        self._owner[i], self._placed[i] = (shot, frame), (placements, slot)
+        return placements, slot
+
+    def close(self) -> None:
+        """Unlink the segment (the backend's mappings stay valid until it drops them)."""
+        self._owner = [None] * self.slots
+        self._placed = [None] * self.slots
+        self.seg.close()
+
+
 @dataclass
 class _Request:
     frames: list
@@ -147,13 +225,15 @@ class BackendClient:
     silence (reconnecting meanwhile) before it raises :class:`BackendUnavailable`.
     ``on_dead`` is called each time the backend is found silent (e.g. to restart
     a local backend). ``max_inflight`` caps frames in flight below the credits.
+    ``shm``: use shared memory for the passes when the backend is on this machine
+    and grants it (:attr:`shm_active`); ``False`` always sends them on the socket.
     """
 
     def __init__(self, url: str = DEFAULT_URL, keys: CurveKeys | str | Path | None = None,
                  timeout_s: float = 30.0, heartbeat_s: float = 1.0,
                  heartbeat_timeout: float = 3.0, cancel_grace_s: float = 3.0,
                  on_dead: Callable[[], None] | None = None, max_inflight: int | None = None,
-                 context: zmq.Context | None = None) -> None:
+                 context: zmq.Context | None = None, shm: bool = True) -> None:
         self.url = url
         self.keys = CurveKeys.from_dir(keys) if isinstance(keys, str | Path) else keys
         self.timeout_s, self.heartbeat_s, self.heartbeat_timeout = (
@@ -180,6 +260,10 @@ class BackendClient:
         self.server_info: dict = {}
         self.last_error: BackendError | None = None
         self.bytes_sent = self.bytes_received = 0
+        self.bytes_shm = 0  # array bytes passed through shared memory instead
+        self.shm_requested = shm and P.shm_supported() and P.is_local_endpoint(url)
+        self.shm_active = False  # granted by the last OPENED
+        self._ring: ShmRing | None = None
         self._connect()
 
     # -- socket -----------------------------------------------------------------------
@@ -290,6 +374,8 @@ class BackendClient:
                          "prompt": prompt, "negative_prompt": negative_prompt, "seed": seed,
                          "width": width, "height": height, "options": options or {}}
         self._refs = [np.ascontiguousarray(r, dtype=np.uint8) for r in refs]
+        if self.shm_requested:
+            self._ensure_ring(SHM_MIN_SLOTS, width * height)
         self._opened = False
         self._open_error = None
         self._silent_since = self._last_ping = time.monotonic()
@@ -309,8 +395,29 @@ class BackendClient:
     def _send_open(self) -> None:
         assert self._session is not None
         self._open_id = P.new_id()
+        self.shm_active = False
         arrays = {f"ref{k}": r for k, r in enumerate(self._refs)}
-        self._send(P.encode(P.OPEN, arrays, id=self._open_id, **self._session))
+        shm = {"shm": True, "shm_probe": self._ring.probe()} if self._ring is not None else {}
+        self._send(P.encode(P.OPEN, arrays, id=self._open_id, **self._session, **shm))
+
+    def _ensure_ring(self, slots: int, pixels: int) -> None:
+        """A ring of at least ``slots`` slots of ``pixels`` each (a new one only when
+        the current one is smaller and no slot is in use)."""
+        need = SHM_BYTES_PER_PIXEL * pixels + P.SHM_ALIGN * (P.MAX_ARRAYS + 1)
+        ring = self._ring
+        if ring is not None and (ring.slot_bytes >= need and ring.slots >= slots
+                                 or ring.in_use(self.shot)):
+            return
+        slots = max(slots, ring.slots if ring is not None else 0)
+        try:
+            P.sweep_shm()  # segments of crashed clients
+            new = ShmRing(slots, max(need, ring.slot_bytes if ring is not None else 0))
+        except (OSError, ValueError) as e:
+            log.warning("no shared memory (%s): passes go through the socket", e)
+            return
+        if ring is not None:
+            ring.close()
+        self._ring = new
 
     def _session_id(self) -> str | None:
         return self._session["session"] if self._session else None
@@ -332,6 +439,10 @@ class BackendClient:
             self._session = None
         self._sock.close(linger=0)
         self._sock = None
+        self.shm_active = False
+        if self._ring is not None:
+            self._ring.close()
+            self._ring = None
 
     def __enter__(self) -> BackendClient:
         return self
@@ -479,7 +590,16 @@ class BackendClient:
     def _send_frame(self, f: int, arrays: Arrays) -> None:
         mid = P.new_id()
         self._ids[mid] = f
-        self._send(P.encode(P.FRAME, arrays, id=mid, session=self._session_id(), frame=f))
+        fields = {"id": mid, "session": self._session_id(), "frame": f}
+        if self.shm_active and self._ring is not None and self.shot is not None:
+            placed = self._ring.place(self.shot, f, arrays)
+            if placed is not None:
+                placements, slot = placed
+                self._send(P.encode(P.FRAME, arrays, placements=placements, slot=slot,
+                                    **fields))
+                self.bytes_shm += sum(np.asarray(a).nbytes for a in arrays.values())
+                return
+        self._send(P.encode(P.FRAME, arrays, **fields))
 
     # -- replies --------------------------------------------------------------------------
 
@@ -502,6 +622,10 @@ class BackendClient:
             if not self._opened and self._session is not None:
                 self._opened = True
                 self.credits = max(1, int(h.get("credits", 1)))
+                self.shm_active = h.get("shm") is True and self._ring is not None
+                if self.shm_active and self._ring is not None and self._ring.slots < self.credits:
+                    self._ensure_ring(self.credits, self._session["width"]
+                                      * self._session["height"])
                 self._requeue_inflight()
         elif msg.type == P.PROGRESS:
             shot = self.shot
