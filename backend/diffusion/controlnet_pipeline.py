@@ -36,6 +36,7 @@ from ...addon.core import encodings
 from ..pipelines import Cancelled, StepCallback
 from . import temporal
 from .components import CONTROL_KINDS, PASS_OF_CONTROL, Components, IPAdapter, Lora
+from .cross_frame import cross_frame_session
 
 DEFAULT_CONTROL = {"depth": (0.8, 0.0, 1.0), "normal": (0.5, 0.0, 1.0),
                    "openpose": (1.0, 0.0, 1.0)}
@@ -310,7 +311,8 @@ class RestylePipeline:
                                                  or self.image_embeds(refs, guidance > 1.0))
         mode, strength, vf = "fresh", 1.0, 0.0
         init = self._temporal_init(passes, options, frame, state, width, height)
-        with torch.inference_mode():
+        with (cross_frame_session(self.txt2img.unet, state, frame, options.get("cross_frame")),
+              torch.inference_mode()):
             if init is None:
                 out = self.txt2img(image=controls, **common).images[0]
                 run_steps = steps

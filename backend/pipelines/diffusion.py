@@ -37,6 +37,9 @@ def check(options: dict[str, Any]) -> list[str]:
     steps = options.get("steps", 4)
     if not isinstance(steps, int) or not 1 <= steps <= 100:
         return [f"steps {steps!r} must be a whole number from 1 to 100"]
+    if options.get("cross_frame") not in (None, "first", "previous"):
+        return [f"cross_frame {options['cross_frame']!r} must be \"first\", \"previous\" "
+                "or absent"]
     if options.get("tiny"):
         return []
     from ..diffusion.components import load_registry
@@ -86,6 +89,10 @@ def register_all() -> bool:
         return False
     register("sd15-controlnet", sd15_controlnet, load_keys=LOAD_KEYS, size_multiple=8,
              check=check)
+    from ..diffusion.sdxl_pipeline import XL_LOAD_KEYS, check_xl, sdxl_factory
+
+    register("sdxl-controlnet", sdxl_factory, load_keys=XL_LOAD_KEYS, size_multiple=8,
+             check=check_xl)
     return True
 
 
