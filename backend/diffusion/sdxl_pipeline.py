@@ -37,7 +37,7 @@ from .cross_frame import cross_frame_session
 # xinsir/controlnet-union-sdxl-1.0: 0 openpose, 1 depth, 2 hed/pidi/scribble/ted,
 # 3 canny/lineart/mlsd, 4 normal, 5 segment (promax adds 6 tile, 7 repaint)
 UNION_MODES = {"openpose": 0, "depth": 1, "normal": 4}
-XL_LOAD_KEYS = ("model", "tiny", "tiny_seed", "tiny_controlnets", "union", "dtype")
+from ..pipelines.diffusion import XL_LOAD_KEYS  # noqa: E402,F401  (one definition)
 
 
 @dataclass

@@ -89,11 +89,26 @@ def register_all() -> bool:
         return False
     register("sd15-controlnet", sd15_controlnet, load_keys=LOAD_KEYS, size_multiple=8,
              check=check)
-    from ..diffusion.sdxl_pipeline import XL_LOAD_KEYS, check_xl, sdxl_factory
-
-    register("sdxl-controlnet", sdxl_factory, load_keys=XL_LOAD_KEYS, size_multiple=8,
-             check=check_xl)
+    register("sdxl-controlnet", _sdxl_factory, load_keys=XL_LOAD_KEYS, size_multiple=8,
+             check=_check_xl)
     return True
+
+
+# SDXL is imported on first use: importing it here would import the pipelines
+# package from inside itself (controlnet_pipeline -> pipelines -> this module).
+XL_LOAD_KEYS = ("model", "tiny", "tiny_seed", "tiny_controlnets", "union", "dtype")
+
+
+def _sdxl_factory(options: dict[str, Any], device: str) -> Any:
+    from ..diffusion.sdxl_pipeline import sdxl_factory
+
+    return sdxl_factory(options, device)
+
+
+def _check_xl(options: dict[str, Any]) -> list[str]:
+    from ..diffusion.sdxl_pipeline import check_xl
+
+    return check_xl(options)
 
 
 register_all()
