@@ -107,3 +107,19 @@ def test_factory_and_check_report_missing_models(tmp_path, empty_cache, monkeypa
     # A client cannot point the backend at a file of its choosing, nor ask absurd work.
     assert "not accepted" in diffusion.check({"registry": "/etc/passwd"})[0]
     assert "1 to 100" in diffusion.check({"tiny": True, "steps": 10_000})[0]
+
+
+@pytest.mark.parametrize("first", ["painted_skin.backend.diffusion.controlnet_pipeline",
+                                   "painted_skin.backend.diffusion.sdxl_pipeline",
+                                   "painted_skin.backend.pipelines",
+                                   "painted_skin.bench.diffusion"])
+def test_modules_import_in_any_order(first) -> None:
+    """A fresh process importing any entry point first must not hit a circular import."""
+    import subprocess
+    import sys
+
+    code = f"import {first}; from painted_skin.backend import pipelines; print(pipelines.names())"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "sdxl-controlnet" in done.stdout
