@@ -122,6 +122,13 @@ class RestylePipeline:
             image_encoder=components.image_encoder, requires_safety_checker=False)
         self.img2img = StableDiffusionControlNetImg2ImgPipeline(**self.txt2img.components,
                                                                 requires_safety_checker=False)
+        self._finish_init(components, device)
+
+    def _finish_init(self, components: Components, device: str) -> None:
+        """Set-up shared with the SDXL pipeline once ``txt2img``/``img2img`` exist:
+        scheduler, LoRAs, IP-Adapter, device and dtype."""
+        import torch
+
         for p in (self.txt2img, self.img2img):
             p.set_progress_bar_config(disable=True)
         self.scheduler_name = ""

@@ -116,31 +116,6 @@ class RestyleXLPipeline(RestylePipeline):
         self.img2img = i2i_cls(**parts, add_watermarker=False)
         self._finish_init(components, device)
 
-    def _finish_init(self, components: Components, device: str) -> None:
-        """RestylePipeline's set-up after the pipelines exist (scheduler, LoRAs,
-        IP-Adapter, device/dtype)."""
-        import torch
-
-        for p in (self.txt2img, self.img2img):
-            p.set_progress_bar_config(disable=True)
-        self.scheduler_name = ""
-        self._base_scheduler_config = components.scheduler.config
-        self.default_scheduler = components.scheduler_name or "lcm"
-        self.set_scheduler(self.default_scheduler)
-        self.ip_adapter_loaded = False
-        self.ip_adapter_scale = self.default_ip_scale = 0.0
-        self.loras = []
-        for lora in components.loras:
-            self.load_lora(lora.source.ref if hasattr(lora.source, "ref") else lora.source,
-                           scale=lora.scale, name=lora.name,
-                           weight_name=getattr(lora.source, "weight_name", None))
-        if components.ip_adapter is not None:
-            self.load_ip_adapter(components.ip_adapter)
-        self.txt2img.to(device)
-        if self.dtype != torch.float32:
-            self.txt2img.to(dtype=self.dtype)
-        self.last: RestyleResult | None = None
-
     # ------------------------------------------------------------ inputs
 
     def control_images(self, passes: dict[str, np.ndarray], options: dict[str, Any],
