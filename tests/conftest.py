@@ -52,3 +52,41 @@ def demo_walk_blend(folder: Path, frames: int) -> Path:
     path = folder / "shot.blend"
     save_blend_atomic(path)
     return path
+
+
+# ---- backend fixtures shared by the server, hardening and shared-memory tests -----------
+
+
+@pytest.fixture
+def serve():
+    """serve(**config) -> (server, endpoint): an in-process backend on a free port."""
+    from painted_skin.backend.server import ServeConfig, Server
+
+    started = []
+
+    def make(**kw):
+        server = Server(ServeConfig(bind="tcp://127.0.0.1:*", **kw))
+        endpoint = server.bind()
+        started.append((server, server.start()))
+        return server, endpoint
+
+    yield make
+    for server, thread in started:
+        server.stop()
+        thread.join(5)
+
+
+@pytest.fixture
+def client():
+    """client(endpoint, **kw) -> a bare protocol client (closed after the test)."""
+    from test_backend_server import Client
+
+    made = []
+
+    def make(endpoint: str, **kw):
+        made.append(Client(endpoint, **kw))
+        return made[-1]
+
+    yield make
+    for c in made:
+        c.close()

@@ -14,7 +14,7 @@ from painted_skin.backend import auth
 from painted_skin.backend import protocol as P
 from painted_skin.backend.broker import Broker, BrokerConfig
 from painted_skin.backend.server import ServeConfig, Server
-from test_backend_server import Client, client, serve  # noqa: F401  (fixtures)
+from test_backend_server import Client
 
 
 def test_shape_overflow_is_a_protocol_error():
@@ -35,7 +35,7 @@ def test_loopback_rule(endpoint, loopback):
     assert auth.is_loopback(endpoint) is loopback
 
 
-def test_too_many_parts_get_an_error_and_the_server_keeps_serving(serve, client):  # noqa: F811
+def test_too_many_parts_get_an_error_and_the_server_keeps_serving(serve, client):
     _, ep = serve()
     c = client(ep)
     head = P.encode(P.PING, id="big")[0]

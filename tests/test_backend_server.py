@@ -10,7 +10,6 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -146,36 +145,6 @@ def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> int:
     except subprocess.TimeoutExpired:
         proc.kill()
         return proc.wait(5)
-
-
-@pytest.fixture
-def serve() -> Iterator:
-    """serve(**config) -> (server, endpoint): an in-process backend on a free port."""
-    started: list[tuple[Server, threading.Thread]] = []
-
-    def make(**kw) -> tuple[Server, str]:
-        server = Server(ServeConfig(bind=LOOP, **kw))
-        endpoint = server.bind()
-        started.append((server, server.start()))
-        return server, endpoint
-
-    yield make
-    for server, thread in started:
-        server.stop()
-        thread.join(5)
-
-
-@pytest.fixture
-def client() -> Iterator:
-    made: list[Client] = []
-
-    def make(endpoint: str, **kw) -> Client:
-        made.append(Client(endpoint, **kw))
-        return made[-1]
-
-    yield make
-    for c in made:
-        c.close()
 
 
 # ---- basics ---------------------------------------------------------------------------------

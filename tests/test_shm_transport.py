@@ -9,7 +9,6 @@ import re
 import signal
 import subprocess
 import textwrap
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -30,23 +29,6 @@ H, W = 24, 32
 
 def exists(name: str) -> bool:
     return os.path.exists(os.path.join(P.SHM_DIR, name))
-
-
-@pytest.fixture
-def serve() -> Iterator:
-    """serve(**config) -> (server, endpoint): an in-process backend on a free port."""
-    started: list[tuple[Server, threading.Thread]] = []
-
-    def make(**kw) -> tuple[Server, str]:
-        server = Server(ServeConfig(bind=LOOP, **kw))
-        endpoint = server.bind()
-        started.append((server, server.start()))
-        return server, endpoint
-
-    yield make
-    for server, thread in started:
-        server.stop()
-        thread.join(5)
 
 
 def shot(c: BackendClient, frames: range, salt: int = 0) -> dict[int, np.ndarray]:
