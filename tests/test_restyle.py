@@ -102,6 +102,12 @@ def test_operators_panel_and_results(restyle_registered, shot_blend, backend_url
     assert img.source == "SEQUENCE" and img.filepath.endswith("0001.png")
     strip = scene.sequence_editor.strips[restyle.VSE_STRIP]
     assert len(strip.elements) == 3 and strip.frame_final_duration == 3
+    # A missing frame leaves a gap in the edit: later frames keep their time.
+    restyle.result_path(tmp_path, 2).unlink()
+    restyle.show_results(bpy.context, tmp_path, [1, 2, 3], use_vse=True)
+    strips = sorted((s.frame_final_start, len(s.elements)) for s in scene.sequence_editor.strips
+                    if s.name.startswith(restyle.VSE_STRIP))
+    assert strips == [(1, 1), (3, 1)]
     s.url = free_url()  # nobody there
     with pytest.raises(RuntimeError, match="no answer from the backend"):
         bpy.ops.painted_skin.backend_connect(timeout=0.5)

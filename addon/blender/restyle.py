@@ -380,12 +380,21 @@ def show_results(context, out: Path, frames: list[int], use_vse: bool = False
     if use_vse:
         scene = context.scene
         ed = scene.sequence_editor or scene.sequence_editor_create()
-        old = ed.strips.get(VSE_STRIP)
-        if old is not None:
+        for old in [s for s in ed.strips if s.name.startswith(VSE_STRIP)]:
             ed.strips.remove(old)
-        strip = ed.strips.new_image(VSE_STRIP, str(first), channel=2, frame_start=have[0])
-        for f in have[1:]:
-            strip.elements.append(result_path(out, f).name)
+        # One strip per run of consecutive frames, so a missing frame leaves a gap
+        # instead of shifting every later frame.
+        runs: list[list[int]] = []
+        for f in have:
+            if runs and f == runs[-1][-1] + 1:
+                runs[-1].append(f)
+            else:
+                runs.append([f])
+        for run in runs:
+            strip = ed.strips.new_image(VSE_STRIP, str(result_path(out, run[0])), channel=2,
+                                        frame_start=run[0])
+            for f in run[1:]:
+                strip.elements.append(result_path(out, f).name)
     return img
 
 
