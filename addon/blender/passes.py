@@ -215,10 +215,14 @@ def _write_frame(out: Path, f: int, arrays: dict, opts: PassOptions, near: float
         # names alphabetically, which would put "next" before "prev".
         write_exr(out / "motion" / f"{name}.exr", arrays["motion"], ["R", "G", "B", "A"])
     if "beauty" in want:
-        rgba = np.clip(arrays["beauty"], 0, 1)
-        srgb = np.where(rgba[..., :3] <= 0.0031308, rgba[..., :3] * 12.92,
-                        1.055 * np.power(rgba[..., :3], 1 / 2.4) - 0.055)
-        img = np.concatenate([srgb, rgba[..., 3:]], axis=-1)
+        # Cycles' Combined is linear and premultiplied; PNG wants straight alpha. The
+        # colours get the plain sRGB curve (Blender's "Standard" view), not the
+        # scene's view transform (AgX by default): see CONVENTIONS["beauty"].
+        rgba = np.clip(arrays["beauty"], 0, None)
+        alpha = np.clip(rgba[..., 3:], 0, 1)
+        lin = np.clip(np.where(alpha > 0, rgba[..., :3] / np.maximum(alpha, 1e-8), 0), 0, 1)
+        srgb = np.where(lin <= 0.0031308, lin * 12.92, 1.055 * np.power(lin, 1 / 2.4) - 0.055)
+        img = np.concatenate([srgb, alpha], axis=-1)
         write_png(out / "beauty" / f"{name}.png", np.round(img * 255).astype(np.uint8))
     if "skeleton" in want:
         image, data, coco = skeleton if skeleton is not None else (

@@ -54,7 +54,10 @@ CONVENTIONS = {
               "where it is now (u right, v down); 0 where empty",
     "mask": "uint8 PNG, 255 on the character",
     "parts": "uint8 PNG of part ids (see manifest 'parts'), 0 background",
-    "skeleton": "OpenPose JSON (BODY_25 + hands + face) and the ControlNet-style drawing",
+    "skeleton": "OpenPose JSON (BODY_25 + hands + face; COCO-18 in skeleton_coco18/) and the "
+                "ControlNet-style drawing",
+    "beauty": "Cycles Combined, un-premultiplied, 8-bit sRGB (Blender's Standard view, not "
+              "the scene's view transform), straight alpha",
 }
 
 
