@@ -210,3 +210,16 @@ def test_no_armature_skips_the_skeleton_with_a_warning(bpy_clean, tmp_path):
     data = json.loads((tmp_path / "skeleton" / "0001.json").read_text())
     assert data["people"] == []
     assert not read(tmp_path / "skeleton" / "0001.png").any()
+
+
+def test_cycles_engine_writes_beauty_with_straight_alpha(bpy_clean, shot_blend, tmp_path):
+    from painted_skin.addon.blender.passes import PassOptions, make_passes
+
+    scene = open_shot(bpy_clean, shot_blend)
+    make_passes(scene, PassOptions(frames=range(3, 4), width=48, height=48, engine="cycles",
+                                   passes=("mask", "beauty", "depth")), tmp_path)
+    beauty = read(tmp_path / "beauty" / "0003.png")
+    mask = read(tmp_path / "mask" / "0003.png") > 127
+    assert beauty.shape == (48, 48, 4) and beauty.dtype == np.uint8
+    assert (beauty[..., 3][mask] > 127).mean() > 0.95 and (beauty[..., 3][~mask] < 128).all()
+    assert beauty[..., :3][mask].mean() > 5  # lit colours, not black
