@@ -223,3 +223,14 @@ def test_cycles_engine_writes_beauty_with_straight_alpha(bpy_clean, shot_blend, 
     assert beauty.shape == (48, 48, 4) and beauty.dtype == np.uint8
     assert (beauty[..., 3][mask] > 127).mean() > 0.95 and (beauty[..., 3][~mask] < 128).all()
     assert beauty[..., :3][mask].mean() > 5  # lit colours, not black
+
+
+def test_back_face_culling_only_for_closed_outward_meshes():
+    from painted_skin.addon.blender.shot_geometry import outward_closed
+
+    # A tetrahedron wound outwards, the same inside out, and an open fan.
+    pos = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1]], float)
+    tet = np.array([[0, 2, 1], [0, 1, 3], [0, 3, 2], [1, 2, 3]])
+    assert outward_closed(tet, pos)
+    assert not outward_closed(tet[:, ::-1], pos)
+    assert not outward_closed(tet[:3], pos)

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..core import encodings
 from ..core.atomic import read_json, write_json_atomic
-from ..core.raster import inside_closed_mesh, motion_vectors_many, rasterize
+from ..core.raster import Fragments, inside_closed_mesh, motion_vectors_many, rasterize
 from .shot_geometry import FrameGeometry, ShotError, ShotGeometry
 
 PASSES = ("depth", "normal", "skeleton", "mask", "parts", "motion", "beauty")
@@ -146,12 +146,27 @@ def _check_manifest(out: Path, manifest: dict) -> None:
         write_json_atomic(path, old)
 
 
+def rasterize_culled(verts_cam: np.ndarray, tris: np.ndarray, cullable: np.ndarray,
+                     cam) -> Fragments:
+    """:func:`rasterize` without the back faces of closed meshes (see
+    ``ShotGeometry.cullable``); triangle ids in the result are the original ones."""
+    v = verts_cam[tris]
+    normal = np.cross(v[:, 1] - v[:, 0], v[:, 2] - v[:, 0])
+    # Front-facing: the normal points towards the eye (camera at the origin looking
+    # down -Z; for an orthographic camera every ray runs along -Z).
+    facing = normal[:, 2] if cam.ortho else -np.einsum("ij,ij->i", normal, v[:, 0])
+    keep = np.flatnonzero(~cullable | (facing >= 0))
+    frag = rasterize(verts_cam, tris[keep], cam)
+    frag.tri = np.where(frag.tri >= 0, keep[np.maximum(frag.tri, 0)], -1).astype(np.int32)
+    return frag
+
+
 def fast_frame(geo: ShotGeometry, g: FrameGeometry, prev: FrameGeometry | None,
                nxt: FrameGeometry | None, want: set[str]) -> dict[str, np.ndarray]:
     """All passes of one frame from the evaluated meshes (no renderer)."""
     cam = g.camera
     verts_cam = cam.to_camera(g.positions)
-    frag = rasterize(verts_cam, geo.tris, cam)
+    frag = rasterize_culled(verts_cam, geo.tris, geo.cullable, cam)
     out: dict[str, np.ndarray] = {"depth": frag.depth, "mask": frag.mask}
     if "normal" in want:
         # Only the covered pixels (a fraction of the image) are interpolated and turned.

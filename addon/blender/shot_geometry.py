@@ -20,6 +20,25 @@ from .armature_io import read_skeleton
 from .scene_reader import camera_for
 
 
+def outward_closed(tris: np.ndarray, pos: np.ndarray) -> bool:
+    """A closed, consistently wound triangle mesh whose normals point outwards:
+    every directed edge is used as often as its reverse (a closed oriented
+    surface, touching sheets allowed) and the signed volume is positive."""
+    if not len(tris):
+        return False
+    directed = np.concatenate([tris[:, [0, 1]], tris[:, [1, 2]], tris[:, [2, 0]]])
+    n = int(directed.max()) + 1
+    key = directed[:, 0].astype(np.int64) * n + directed[:, 1]
+    rev = directed[:, 1].astype(np.int64) * n + directed[:, 0]
+    k_u, k_c = np.unique(key, return_counts=True)
+    r_u, r_c = np.unique(rev, return_counts=True)
+    if len(k_u) != len(r_u) or not (np.array_equal(k_u, r_u) and np.array_equal(k_c, r_c)):
+        return False
+    v = pos.astype(np.float64)[tris]
+    volume = np.einsum("ij,ij->i", v[:, 0], np.cross(v[:, 1], v[:, 2])).sum() / 6.0
+    return bool(volume > 0)
+
+
 class ShotError(ValueError):
     """The shot cannot give passes; the message says why and what to do."""
 
@@ -84,7 +103,7 @@ class ShotGeometry:
         return ob.evaluated_get(dg)
 
     def _read_topology(self) -> None:
-        tris, loops, labels, counts = [], [], [], []
+        tris, loops, labels, counts, cull = [], [], [], [], []
         v_off = l_off = 0
         for ob in self.objects:
             ev = self._evaluated(ob)
@@ -95,7 +114,13 @@ class ShotGeometry:
                 lt.foreach_get("vertices", t)
                 lo = np.empty(len(lt) * 3, np.int32)
                 lt.foreach_get("loops", lo)
-                tris.append(t.reshape(-1, 3) + v_off)
+                t = t.reshape(-1, 3)
+                pos = np.empty(len(me.vertices) * 3, np.float32)
+                me.attributes["position"].data.foreach_get("vector", pos)
+                mirrored = np.linalg.det(np.array(ev.matrix_world)[:3, :3]) < 0
+                cull.append(np.full(len(t), outward_closed(t, pos.reshape(-1, 3))
+                                    and not mirrored))
+                tris.append(t + v_off)
                 loops.append(lo.reshape(-1, 3) + l_off)
                 labels.append(self._vertex_parts(ob, me))
                 counts.append((len(me.vertices), len(me.loops)))
@@ -107,6 +132,10 @@ class ShotGeometry:
         self.loops = np.concatenate(loops)
         self.vertex_parts = np.concatenate(labels).astype(np.uint8)
         self.counts = counts
+        # Triangles of closed, outward-facing meshes: their back faces can never be
+        # the first surface a camera ray outside them meets, so the fast engine
+        # skips them (about half the rasterising), with identical pictures.
+        self.cullable = np.concatenate(cull)
 
     def _vertex_parts(self, ob: bpy.types.Object, me) -> np.ndarray:
         """Part id per vertex from its dominant deforming bone's canonical joint."""
