@@ -8,7 +8,7 @@ from pathlib import Path
 import bpy
 from bpy_extras.io_utils import ExportHelper, ImportHelper
 
-from ..core.bonemap import BoneMap, auto_map
+from ..core.bonemap import BoneMap, auto_map, resolve_map
 from ..core.retarget import RetargetOptions
 from .armature_io import read_skeleton
 from .retarget_api import RetargetError, retarget_clip
@@ -56,20 +56,15 @@ class PS_OT_detect_map(bpy.types.Operator):
         s = _settings(context)
         skel = read_skeleton(s.target_object)
         try:
-            if s.target_preset == "AUTO":
-                bmap = auto_map(skel)
-            else:
-                from ..core.bonemap import resolve_map
-
-                bmap = resolve_map(s.target_preset, skel)
+            bmap = auto_map(skel) if s.target_preset == "AUTO" else resolve_map(
+                s.target_preset, skel)
         except ValueError as e:
             self.report({"ERROR"}, str(e))
             return {"CANCELLED"}
         _fill_rows(s, bmap)
         s.use_edited_map = True
-        missing = getattr(bmap, "missing_core", [])
-        if missing:
-            self.report({"WARNING"}, f"not mapped: {', '.join(missing)}")
+        if bmap.missing_core:
+            self.report({"WARNING"}, f"not mapped: {', '.join(bmap.missing_core)}")
         else:
             self.report({"INFO"}, f"{len(bmap.bones)} joints mapped")
         return {"FINISHED"}

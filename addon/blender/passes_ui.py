@@ -7,8 +7,9 @@ from pathlib import Path
 
 import bpy
 import numpy as np
-from bpy.props import BoolProperty, EnumProperty, IntProperty, PointerProperty, StringProperty
+from bpy.props import BoolProperty, EnumProperty, IntProperty, StringProperty
 
+from .classes import register_classes, unregister_classes
 from .passes import PASSES, PassOptions, make_passes
 from .shot_geometry import ShotError, ShotGeometry
 
@@ -203,12 +204,8 @@ CLASSES = (PS_PassesSettings, PS_OT_render_passes, PS_OT_preview_pass, PS_PT_pas
 
 
 def register() -> None:
-    for cls in CLASSES:
-        bpy.utils.register_class(cls)
-    bpy.types.Scene.painted_skin_passes = PointerProperty(type=PS_PassesSettings)
+    register_classes(CLASSES, painted_skin_passes=PS_PassesSettings)
 
 
 def unregister() -> None:
-    del bpy.types.Scene.painted_skin_passes
-    for cls in reversed(CLASSES):
-        bpy.utils.unregister_class(cls)
+    unregister_classes(CLASSES, "painted_skin_passes")

@@ -13,6 +13,8 @@ from bpy.props import (
     StringProperty,
 )
 
+from .classes import register_classes, unregister_classes
+
 
 def _is_armature(_self, obj) -> bool:
     return obj.type == "ARMATURE"
@@ -69,12 +71,8 @@ CLASSES = (PS_BoneMapItem, PS_RetargetSettings)
 
 
 def register() -> None:
-    for cls in CLASSES:
-        bpy.utils.register_class(cls)
-    bpy.types.Scene.painted_skin_retarget = PointerProperty(type=PS_RetargetSettings)
+    register_classes(CLASSES, painted_skin_retarget=PS_RetargetSettings)
 
 
 def unregister() -> None:
-    del bpy.types.Scene.painted_skin_retarget
-    for cls in reversed(CLASSES):
-        bpy.utils.unregister_class(cls)
+    unregister_classes(CLASSES, "painted_skin_retarget")

@@ -27,9 +27,10 @@ from pathlib import Path
 
 import bpy
 import numpy as np
-from bpy.props import BoolProperty, FloatProperty, IntProperty, PointerProperty, StringProperty
+from bpy.props import BoolProperty, FloatProperty, IntProperty, StringProperty
 
 from ..core.atomic import read_json, write_json_atomic
+from .classes import register_classes, unregister_classes
 from .client import DEFAULT_URL, BackendClient, BackendError, BackendUnavailable, Result
 from .passes import DEFAULT_PASSES, PassOptions, iter_frames, shot_depth_range
 from .shot_geometry import ShotError, ShotGeometry
@@ -611,13 +612,9 @@ CLASSES = (PS_AddonPreferences, PS_RestyleSettings, PS_OT_restyle, PS_OT_backend
 
 
 def register() -> None:
-    for cls in CLASSES:
-        bpy.utils.register_class(cls)
-    bpy.types.Scene.painted_skin_restyle = PointerProperty(type=PS_RestyleSettings)
+    register_classes(CLASSES, painted_skin_restyle=PS_RestyleSettings)
 
 
 def unregister() -> None:
     stop_local_backend()
-    del bpy.types.Scene.painted_skin_restyle
-    for cls in reversed(CLASSES):
-        bpy.utils.unregister_class(cls)
+    unregister_classes(CLASSES, "painted_skin_restyle")
