@@ -324,3 +324,297 @@ def test_draw_hand_and_body25_input():
     assert np.array_equal(a, b) and a.any()
     neck = kps["body25"].xy[_b("Neck")]
     assert a[int(neck[1]), int(neck[0])].tolist() == op.COCO18_COLORS[1].tolist()
+
+
+# --------------------------------------------------------------------------- fast paths
+# The drawing, depth test and JSON were rewritten for speed (primitives rasterised over
+# their own boxes, a numba kernel, vectorised rounding). The reference implementations
+# they replaced are kept here, verbatim in behaviour, and the fast paths must reproduce
+# them exactly: same pixels, same flags, same JSON values.
+
+jit_only = pytest.mark.skipif(not __import__("painted_skin.addon.core.jit",
+                                              fromlist=["available"]).available(),
+                              reason="numba not installed")
+
+
+def _ref_bbox(canvas, x0, x1, y0, y1):
+    h, w = canvas.shape[:2]
+    j0, j1 = max(int(np.floor(x0)), 0), min(int(np.ceil(x1)) + 1, w)
+    i0, i1 = max(int(np.floor(y0)), 0), min(int(np.ceil(y1)) + 1, h)
+    if j0 >= j1 or i0 >= i1:
+        return None
+    jj, ii = np.meshgrid(np.arange(j0, j1, dtype=float), np.arange(i0, i1, dtype=float))
+    return (slice(i0, i1), slice(j0, j1)), jj, ii
+
+
+def _ref_circle(canvas, x, y, r, color):
+    box = _ref_bbox(canvas, x - r, x + r, y - r, y + r)
+    if box is not None:
+        sl, jj, ii = box
+        canvas[sl][(jj - x) ** 2 + (ii - y) ** 2 <= r * r + 1e-9] = color
+
+
+def _ref_ellipse(canvas, x, y, a, b, angle_deg, color):
+    a, b = max(a, 0.5), max(b, 0.5)
+    r = max(a, b)
+    box = _ref_bbox(canvas, x - r, x + r, y - r, y + r)
+    if box is not None:
+        sl, jj, ii = box
+        t = np.radians(angle_deg)
+        dx, dy = jj - x, ii - y
+        u = dx * np.cos(t) + dy * np.sin(t)
+        v = -dx * np.sin(t) + dy * np.cos(t)
+        canvas[sl][(u / a) ** 2 + (v / b) ** 2 <= 1.0 + 1e-9] = color
+
+
+def _ref_line(canvas, p0, p1, thickness, color):
+    (x0, y0), (x1, y1) = p0, p1
+    r = max(thickness / 2.0, 0.5)
+    box = _ref_bbox(canvas, min(x0, x1) - r, max(x0, x1) + r, min(y0, y1) - r,
+                    max(y0, y1) + r)
+    if box is not None:
+        sl, jj, ii = box
+        dx, dy = x1 - x0, y1 - y0
+        ll = dx * dx + dy * dy
+        t = np.zeros_like(jj) if ll == 0 else np.clip(((jj - x0) * dx + (ii - y0) * dy) / ll,
+                                                      0, 1)
+        d2 = (jj - x0 - t * dx) ** 2 + (ii - y0 - t * dy) ** 2
+        canvas[sl][d2 <= r * r + 1e-9] = color
+
+
+def _ref_pix(kp):
+    return np.trunc(np.nan_to_num(kp.xy - 0.5, nan=-1.0))
+
+
+def _ref_body(canvas, body, draw_occluded, scale, stickwidth):
+    kp = body.to_coco18()
+    ok = (kp.in_view if draw_occluded else kp.visible).copy()
+    pix = _ref_pix(kp)
+    sw = 4.0 * scale if stickwidth is None else stickwidth
+    for (a, b), color in zip(op.COCO18_LIMBS, op.COCO18_COLORS, strict=False):
+        if ok[a] and ok[b]:
+            (xa, ya), (xb, yb) = pix[a], pix[b]
+            length = float(np.hypot(xa - xb, ya - yb))
+            angle = float(np.degrees(np.arctan2(ya - yb, xa - xb)))
+            _ref_ellipse(canvas, int((xa + xb) / 2), int((ya + yb) / 2), int(length / 2), sw,
+                         int(angle), color)
+    canvas[:] = (canvas * op.LIMB_ALPHA).astype(np.uint8)
+    for i in np.flatnonzero(ok):
+        _ref_circle(canvas, pix[i, 0], pix[i, 1], 4.0 * scale, op.COCO18_COLORS[i])
+    return canvas
+
+
+def _ref_hand(canvas, hand, draw_occluded, scale):
+    ok = (hand.in_view if draw_occluded else hand.visible).copy()
+    pix = _ref_pix(hand)
+    ok &= np.all(pix > 0, axis=1)
+    for (a, b), color in zip(op.HAND_EDGES, op.HAND_EDGE_COLORS, strict=True):
+        if ok[a] and ok[b]:
+            _ref_line(canvas, pix[a], pix[b], 2.0 * scale, color)
+    for i in np.flatnonzero(ok):
+        _ref_circle(canvas, pix[i, 0], pix[i, 1], 4.0 * scale, op.HAND_POINT_COLOR)
+    return canvas
+
+
+def _ref_face(canvas, face, draw_occluded, scale):
+    ok = (face.in_view if draw_occluded else face.visible).copy()
+    pix = _ref_pix(face)
+    ok &= np.all(pix > 0, axis=1)
+    for i in np.flatnonzero(ok):
+        _ref_circle(canvas, pix[i, 0], pix[i, 1], 3.0 * scale, op.FACE_POINT_COLOR)
+    return canvas
+
+
+def _ref_draw_openpose(body, hands, width, height, face=None, *, draw_occluded=False,
+                       scale=None, xinsr_stick_scaling=False):
+    canvas = np.zeros((int(height), int(width), 3), np.uint8)
+    stick = None
+    if xinsr_stick_scaling:
+        s = 1.0
+        side = max(width, height)
+        stick = 4.0 * (1 if side < 500 else min(2 + side // 1000, 7))
+    else:
+        s = min(width, height) / 512.0 if scale is None else float(scale)
+    if body is not None:
+        canvas = _ref_body(canvas, body, draw_occluded, s, stick)
+    for hand in hands or ():
+        if hand is not None:
+            canvas = _ref_hand(canvas, hand, draw_occluded, s)
+    if face is not None:
+        canvas = _ref_face(canvas, face, draw_occluded, s)
+    return canvas
+
+
+def _random_keypoints(rng, n: int, width: int, height: int, spread: float) -> op.Keypoints:
+    """Points around (and ``spread`` x the size beyond) the image; some missing, some
+    occluded; in_view as projection sets it (present and inside the image)."""
+    xy = np.column_stack([rng.uniform(-spread * width, (1 + spread) * width, n),
+                          rng.uniform(-spread * height, (1 + spread) * height, n)])
+    present = rng.random(n) > 0.15
+    xy[~present] = np.nan
+    with np.errstate(invalid="ignore"):
+        in_view = (present & (xy[:, 0] >= 0) & (xy[:, 0] < width) & (xy[:, 1] >= 0)
+                   & (xy[:, 1] < height))
+    visible = in_view & (rng.random(n) > 0.25)
+    return op.Keypoints(xy, np.where(present, 2.0, np.nan), present, in_view, visible)
+
+
+def _random_figure(rng, width: int, height: int):
+    spread = rng.choice([0.0, 0.1, 0.5])
+    body = _random_keypoints(rng, int(rng.choice([18, 25])), width, height, spread)
+    hands = tuple(_random_keypoints(rng, 21, width, height, spread) if rng.random() > 0.2
+                  else None for _ in range(2))
+    face = _random_keypoints(rng, 70, width, height, spread) if rng.random() > 0.2 else None
+    return body, hands, face
+
+
+@pytest.mark.parametrize("jit", [False, pytest.param(True, marks=jit_only)])
+def test_draw_matches_reference_on_random_figures(jit, monkeypatch):
+    monkeypatch.setenv("PAINTED_SKIN_JIT", "1" if jit else "0")
+    rng = np.random.default_rng(7)
+    for trial in range(60):
+        width, height = int(rng.integers(40, 700)), int(rng.integers(40, 700))
+        body, hands, face = _random_figure(rng, width, height)
+        opts = {"draw_occluded": bool(rng.random() < 0.3)}
+        if trial % 5 == 1:
+            opts["xinsr_stick_scaling"] = True
+        elif trial % 5 == 2:
+            opts["scale"] = float(rng.uniform(0.3, 4.0))
+        flags = [(k.visible.copy(), k.in_view.copy()) for k in (body, *hands, face) if k]
+        got = op.draw_openpose(body, hands, width, height, face, **opts)
+        want = _ref_draw_openpose(body, hands, width, height, face, **opts)
+        assert np.array_equal(got, want), (trial, np.argwhere((got != want).any(axis=2))[:5])
+        # Drawing leaves the keypoints' flags alone (the reference narrowed them in place).
+        for k, (vis, inv) in zip([k for k in (body, *hands, face) if k], flags, strict=True):
+            assert np.array_equal(k.visible, vis) and np.array_equal(k.in_view, inv)
+
+
+@pytest.mark.parametrize("jit", [False, pytest.param(True, marks=jit_only)])
+def test_draw_matches_reference_on_the_t_pose(jit, monkeypatch):
+    monkeypatch.setenv("PAINTED_SKIN_JIT", "1" if jit else "0")
+    for size in ((512, 512), (640, 360), (200, 700)):
+        cam = front_camera(*size)
+        kps = op.project_skeleton(op.joints_3d(t_pose()), cam)
+        hands = (kps["hand_left"], kps["hand_right"])
+        got = op.draw_openpose(kps["body25"], hands, *size, kps["face"])
+        assert got.any()
+        assert np.array_equal(got, _ref_draw_openpose(kps["body25"], hands, *size, kps["face"]))
+
+
+def test_draw_parts_on_a_painted_canvas_match_reference():
+    rng = np.random.default_rng(3)
+    for _ in range(10):
+        body, hands, face = _random_figure(rng, 300, 200)
+        base = rng.integers(0, 256, (200, 300, 3)).astype(np.uint8)
+        base[rng.random((200, 300)) < 0.5] = 0
+        got = op.draw_bodypose(base.copy(), body, scale=1.3)
+        assert np.array_equal(got, _ref_body(base.copy(), body, False, 1.3, None))
+        if hands[0] is not None:
+            got = op.draw_handpose(base.copy(), hands[0], draw_occluded=True)
+            assert np.array_equal(got, _ref_hand(base.copy(), hands[0], True, 1.0))
+        if face is not None:
+            got = op.draw_facepose(base.copy(), face, scale=2.0)
+            assert np.array_equal(got, _ref_face(base.copy(), face, False, 2.0))
+
+
+@jit_only
+def test_paint_kernel_matches_numpy_path():
+    from painted_skin.addon.core import openpose_draw as odraw
+
+    rng = np.random.default_rng(11)
+    n = 400
+    kind = rng.integers(0, 3, n)
+    params = np.zeros((n, 7))
+    params[:, :4] = rng.uniform(-80, 280, (n, 4))
+    params[:, 2:4] = np.where(kind[:, None] == odraw.LINE, params[:, 2:4],
+                              rng.uniform(0.5, 90, (n, 2)))
+    angle = np.radians(rng.integers(-180, 181, n))
+    ell = kind == odraw.ELLIPSE
+    params[ell, 4], params[ell, 5] = np.cos(angle[ell]), np.sin(angle[ell])
+    params[kind == odraw.LINE, 4] = rng.uniform(0.5, 6, np.count_nonzero(kind == odraw.LINE))
+    params[:3, :4] = [[1e300, -1e300, 5, 5], [-1e12, 3, 1e12, 7], [50, 50, 0.5, 0.5]]
+    params[:3, 4:] = [[1.0, 0.0, 0.0]] * 3
+    kind[:3] = [odraw.DISC, odraw.LINE, odraw.ELLIPSE]
+    colors = rng.integers(1, 256, (n, 3)).astype(np.uint8)
+    for h, w in ((200, 200), (37, 251)):
+        a = odraw.paint(np.zeros((h, w, 3), np.uint8), kind, params, colors, jit=True)
+        b = odraw.paint(np.zeros((h, w, 3), np.uint8), kind, params, colors, jit=False)
+        assert np.array_equal(a, b) and a.any()
+
+
+def _ref_sample_min(buffer, xy, window):
+    buf = np.asarray(buffer, float)
+    buf = np.where(np.isfinite(buf) & (buf > 0), buf, np.inf)
+    h, w = buf.shape
+    col = np.clip(np.floor(xy[:, 0]).astype(int), 0, w - 1)
+    row = np.clip(np.floor(xy[:, 1]).astype(int), 0, h - 1)
+    best = np.full(len(xy), np.inf)
+    for di in range(-window, window + 1):
+        for dj in range(-window, window + 1):
+            best = np.minimum(best, buf[np.clip(row + di, 0, h - 1), np.clip(col + dj, 0, w - 1)])
+    return best
+
+
+@pytest.mark.parametrize("jit", [False, pytest.param(True, marks=jit_only)])
+def test_depth_test_matches_reference(jit, monkeypatch):
+    monkeypatch.setenv("PAINTED_SKIN_JIT", "1" if jit else "0")
+    rng = np.random.default_rng(5)
+    cam = front_camera(96, 64)
+    for trial in range(30):
+        dtype = (np.float32, np.float64)[trial % 2]
+        buf = rng.uniform(3.5, 4.5, (64, 96)).astype(dtype)
+        empty = rng.random(buf.shape)
+        buf[empty < 0.1], buf[(empty >= 0.1) & (empty < 0.2)] = np.inf, 0.0
+        buf[(empty >= 0.2) & (empty < 0.25)] = np.nan
+        buf[(empty >= 0.25) & (empty < 0.3)] = -1.0
+        xy = np.column_stack([rng.uniform(0, 96, 200), rng.uniform(0, 64, 200)])
+        xy[:4] = [[0, 0], [95.99, 63.99], [0, 63.5], [95.5, 0.2]]
+        window = trial % 3
+        assert np.array_equal(op._sample_min(buf, xy, window), _ref_sample_min(buf, xy, window))
+    # The whole skeleton in one projection: the flags of projecting each set on its own.
+    pts = op.joints_3d(t_pose())
+    pts["hand_left"][3] = np.nan
+    pts["body25"][0] += (0, -3.9, 0)  # very close to the camera
+    buf = np.full((64, 96), 3.99)
+    buf[:, :40] = 2.0
+    kps = op.project_skeleton(pts, cam, buf)
+    for k, v in pts.items():
+        one = op.project_keypoints(v, cam, buf, margin=op.MARGINS[k] * op.body_scale(pts))
+        got = kps[k]
+        for f in ("xy", "depth", "present", "in_view", "visible"):
+            assert np.array_equal(getattr(got, f), getattr(one, f), equal_nan=f in ("xy", "depth"))
+    assert op.project_skeleton({}, cam, buf, scale=1.0) == {}
+
+
+def _ref_flat(kp, n, include_occluded):
+    if kp is None:
+        return [0.0] * (3 * n)
+    c = kp.confidence if include_occluded else np.where(kp.visible, 1.0, 0.0)
+    keep = c > 0
+    x = np.where(keep, kp.xy[:, 0] - 0.5, 0.0)
+    y = np.where(keep, kp.xy[:, 1] - 0.5, 0.0)
+    return [round(float(v), 3) for v in np.stack([x, y, c], axis=1).ravel()]
+
+
+def test_json_matches_reference_rounding():
+    rng = np.random.default_rng(9)
+    for trial in range(40):
+        body, hands, face = _random_figure(rng, 640, 480)
+        # Coordinates on the rounding boundaries: x.xxx5 exactly and just around it.
+        for k in (body, *hands, face):
+            if k is not None and trial % 2:
+                k.xy[:] = 0.5 + np.round(k.xy, 2) + rng.choice([0.0005, 0.0015, 5e-4 + 1e-12],
+                                                               k.xy.shape)
+        inc = bool(trial % 3)
+        doc = op.openpose_json(body, hands, face, 640, 480, include_occluded=inc,
+                               coco18=trial % 4 == 0)
+        p = doc["people"][0]
+        b = body.to_coco18() if trial % 4 == 0 else body
+        assert p["pose_keypoints_2d"] == _ref_flat(b, len(b), inc)
+        assert p["face_keypoints_2d"] == _ref_flat(face, 70, inc)
+        assert p["hand_left_keypoints_2d"] == _ref_flat(hands[0], 21, inc)
+        assert p["hand_right_keypoints_2d"] == _ref_flat(hands[1], 21, inc)
+    x = np.concatenate([rng.uniform(-1, 5000, 20000), (rng.integers(-999, 10 ** 7, 20000) + 0.5)
+                        / 1000, [0.0, -0.0, -0.0004, 2.675, 1e300, np.inf, -np.inf]])
+    got, want = op.round3(x), [round(float(v), 3) for v in x]
+    assert [repr(v) for v in got] == [repr(v) for v in want]

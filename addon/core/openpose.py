@@ -1,6 +1,7 @@
 """OpenPose keypoints from the canonical humanoid: 3D points, projection, JSON and drawing.
 
-Pure numpy (no bpy, no OpenCV). The pipeline per frame:
+Pure numpy (no bpy, no OpenCV), with optional numba kernels (``jit.py``) for the depth
+test and the drawing that give the same results. The pipeline per frame:
 
 1. :func:`joints_3d` turns the world pose of the canonical joints (``rigs/humanoid.py``
    names) into 3D keypoints: BODY_25 body, 21 per hand, the placed face points;
@@ -44,11 +45,15 @@ Conventions:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
+from . import openpose_draw as odraw
 from .camera import Camera
+from .jit import enabled, njit
 
 # --------------------------------------------------------------------------- definitions
 
@@ -77,6 +82,14 @@ _HAND_SOURCES: dict[str, tuple[tuple[str, str], ...]] = {
     **{f: (("Proximal", "head"), ("Intermediate", "head"), ("Distal", "head"),
            ("Distal", "tail")) for f in ("Index", "Middle", "Ring", "Little")},
 }
+# (joint, end) of hand points 0..20 per side: the wrist, then the fingers' sources.
+_HAND_JOINTS: dict[str, tuple[tuple[str, str], ...]] = {
+    side: ((f"{side}Hand", "head"),) + tuple(
+        (f"{side}{finger}{seg}", end) for finger in HAND_FINGERS
+        for seg, end in _HAND_SOURCES[finger])
+    for side in ("left", "right")
+}
+_NAN3 = np.full(3, np.nan)
 FACE_COUNT = 70
 FACE_NOSE_TIP, FACE_RIGHT_PUPIL, FACE_LEFT_PUPIL = 30, 68, 69
 
@@ -124,6 +137,9 @@ FACE_LAYOUT: dict[str, tuple[float, float, float]] = {
     "LEar": (0.05, 0.30, 0.42),
     "REar": (0.05, 0.30, -0.42),
 }
+_FACE_INDEX = np.array([BODY25_INDEX[k] for k in FACE_LAYOUT])
+_FACE_A, _FACE_B, _FACE_C = (np.array([v[i] for v in FACE_LAYOUT.values()])[:, None]
+                             for i in range(3))
 # Feet, as fractions of the ankle->toe-tip length L, in the foot frame (d: ankle->tip,
 # n: perpendicular to d in the plane of shin and foot, towards the knee; l: the
 # character's left). Big toe medial of the tip, small toe lateral and a little back, heel
@@ -163,8 +179,21 @@ class JointPose:
     matrix: np.ndarray
 
 
+def _norm(v: np.ndarray) -> float:
+    """Length of a 3-vector: what np.linalg.norm computes (sqrt of the dot product),
+    without its per-call overhead."""
+    return math.sqrt(float(v.dot(v)))
+
+
+def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """np.cross of two 3-vectors (same products and differences), several times faster."""
+    a0, a1, a2 = a.tolist()
+    b0, b1, b2 = b.tolist()
+    return np.array([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0])
+
+
 def _unit(v: np.ndarray) -> np.ndarray | None:
-    n = float(np.linalg.norm(v))
+    n = _norm(v)
     return None if n < 1e-9 else v / n
 
 
@@ -193,16 +222,17 @@ def _head_frame(pose: dict[str, JointPose], head_forward, head_up, head_rest):
     """(forward, up, left) unit vectors of the head in world space, or None."""
     head = pose["head"]
     m = _axes(head.matrix)
+    rest = _axes(head_rest) if head_rest is not None else None
     if head_up is not None:
         up_l = np.asarray(head_up, float)
-    elif head_rest is not None:
-        up_l = _axes(head_rest).T @ np.array([0.0, 0.0, 1.0])
+    elif rest is not None:
+        up_l = rest.T @ np.array([0.0, 0.0, 1.0])
     else:
         up_l = np.array([0.0, 1.0, 0.0])
     if head_forward is not None:
         fwd_l = np.asarray(head_forward, float)
-    elif head_rest is not None:
-        fwd_l = _axes(head_rest).T @ np.array([0.0, -1.0, 0.0])
+    elif rest is not None:
+        fwd_l = rest.T @ np.array([0.0, -1.0, 0.0])
     else:
         # No rest given: forward = cross(left, up) of the body now, snapped to the head
         # bone's nearest local axis perpendicular to Y, so the face turns with the head.
@@ -210,7 +240,7 @@ def _head_frame(pose: dict[str, JointPose], head_forward, head_up, head_rest):
         up_w = _unit(m[:, 1])
         if left is None or up_w is None:
             return None
-        guess = m.T @ np.cross(left, up_w)
+        guess = m.T @ _cross(left, up_w)
         cand = np.array([[1, 0, 0], [-1, 0, 0], [0, 0, 1], [0, 0, -1]], float)
         fwd_l = cand[int(np.argmax(cand @ guess))]
     up = _unit(m @ up_l)
@@ -220,7 +250,7 @@ def _head_frame(pose: dict[str, JointPose], head_forward, head_up, head_rest):
     fwd = _unit(fwd - up * float(fwd @ up))
     if fwd is None:
         return None
-    left = np.cross(up, fwd)  # forward = left x up  =>  left = up x forward
+    left = _cross(up, fwd)  # forward = left x up  =>  left = up x forward
     return fwd, up, left
 
 
@@ -272,27 +302,21 @@ def joints_3d(pose: dict[str, JointPose], *, head_forward: np.ndarray | None = N
     if "head" in pose:
         frame = _head_frame(pose, head_forward, head_up, head_rest)
         h0 = get("head")
-        size = float(head_size) if head_size else float(np.linalg.norm(get("head", "tail") - h0))
+        size = float(head_size) if head_size else _norm(get("head", "tail") - h0)
         if frame is not None and size > 0:
             fwd, up, left = frame
-            for key, (a, b, c) in FACE_LAYOUT.items():
-                put(key, h0 + size * (a * fwd + b * up + c * left))
+            # All five points at once, with the same element-wise operations.
+            pts = h0 + size * (_FACE_A * fwd + _FACE_B * up + _FACE_C * left)
+            body[_FACE_INDEX] = pts
             face[FACE_NOSE_TIP] = body[BODY25_INDEX["Nose"]]
             face[FACE_RIGHT_PUPIL] = body[BODY25_INDEX["REye"]]
             face[FACE_LEFT_PUPIL] = body[BODY25_INDEX["LEye"]]
 
     out = {"body25": body, "face": face}
-    for side in ("left", "right"):
-        hand = _nan(21)
-        wrist = get(f"{side}Hand")
-        if wrist is not None:
-            hand[0] = wrist
-        for f, finger in enumerate(HAND_FINGERS):
-            for s, (seg, end) in enumerate(_HAND_SOURCES[finger]):
-                p = get(f"{side}{finger}{seg}", end)
-                if p is not None:
-                    hand[1 + 4 * f + s] = p
-        out[f"hand_{side}"] = hand
+    for side, sources in _HAND_JOINTS.items():
+        # One array from the 21 rows (missing = NaN) rather than 21 row assignments.
+        rows = [get(name, end) for name, end in sources]
+        out[f"hand_{side}"] = np.array([_NAN3 if r is None else r for r in rows], float)
     return out
 
 
@@ -301,7 +325,7 @@ def _feet(body: np.ndarray, s: str, ankle, tip, knee) -> None:
     if ankle is None or tip is None:
         return
     d = tip - ankle
-    length = float(np.linalg.norm(d))
+    length = _norm(d)
     if length < 1e-9:
         return
     d = d / length
@@ -309,7 +333,7 @@ def _feet(body: np.ndarray, s: str, ankle, tip, knee) -> None:
     n = _unit(shin - d * float(shin @ d))
     if n is None:
         return
-    left = np.cross(n, d)  # the character's left (d forward, n up)
+    left = _cross(n, d)  # the character's left (d forward, n up)
     medial = -left if s == "L" else left
     body[BODY25_INDEX[f"{s}BigToe"]] = tip + BIG_TOE_MEDIAL * length * medial
     body[BODY25_INDEX[f"{s}SmallToe"]] = tip + length * (
@@ -365,16 +389,43 @@ class Keypoints:
 
 
 def _sample_min(buffer: np.ndarray, xy: np.ndarray, window: int) -> np.ndarray:
-    """Min of ``buffer`` over a (2w+1)^2 pixel window around each uv (clamped at borders)."""
+    """Min of ``buffer`` over a (2w+1)^2 pixel window around each uv (clamped at borders),
+    pixels that are non-finite or <= 0 (empty) counting as +inf.
+
+    Only the sampled pixels are read and cleaned: cleaning (and casting to float64) the
+    whole buffer first cost more than all the rest of the skeleton pass.
+    """
+    if enabled() and buffer.dtype in (np.float32, np.float64):
+        out = np.empty(len(xy))
+        _sample_min_jit(buffer, np.ascontiguousarray(xy, np.float64), int(window), out)
+        return out
     h, w = buffer.shape
+    off = np.arange(-window, window + 1)
     col = np.clip(np.floor(xy[:, 0]).astype(int), 0, w - 1)
     row = np.clip(np.floor(xy[:, 1]).astype(int), 0, h - 1)
-    best = np.full(len(xy), np.inf)
-    for di in range(-window, window + 1):
-        for dj in range(-window, window + 1):
-            v = buffer[np.clip(row + di, 0, h - 1), np.clip(col + dj, 0, w - 1)]
-            best = np.minimum(best, v)
-    return best
+    rows = np.clip(row[:, None, None] + off[None, :, None], 0, h - 1)
+    cols = np.clip(col[:, None, None] + off[None, None, :], 0, w - 1)
+    v = buffer[rows, cols].reshape(len(xy), -1).astype(float)
+    with np.errstate(invalid="ignore"):
+        v[~(np.isfinite(v) & (v > 0))] = np.inf
+    return v.min(axis=1) if len(xy) else np.full(0, np.inf)
+
+
+@njit
+def _sample_min_jit(buffer, xy, window, out):  # pragma: no cover - compiled
+    """:func:`_sample_min`'s numpy path as a loop (a min of the same values: identical)."""
+    h, w = buffer.shape
+    for n in range(xy.shape[0]):
+        col = min(max(int(math.floor(xy[n, 0])), 0), w - 1)
+        row = min(max(int(math.floor(xy[n, 1])), 0), h - 1)
+        best = np.inf
+        for di in range(-window, window + 1):
+            r = min(max(row + di, 0), h - 1)
+            for dj in range(-window, window + 1):
+                v = float(buffer[r, min(max(col + dj, 0), w - 1)])
+                if math.isfinite(v) and v > 0.0 and v < best:
+                    best = v
+        out[n] = best
 
 
 def project_keypoints(points3d: np.ndarray, cam: Camera, depth_buffer: np.ndarray | None = None,
@@ -398,16 +449,22 @@ def project_keypoints(points3d: np.ndarray, cam: Camera, depth_buffer: np.ndarra
                    & (xy[:, 1] >= 0) & (xy[:, 1] < cam.height))
     visible = in_view.copy()
     if depth_buffer is not None and in_view.any():
-        buf = np.asarray(depth_buffer, float)
+        buf = np.asarray(depth_buffer)
         if buf.shape != (cam.height, cam.width):
             raise ValueError(f"depth buffer is {buf.shape}, camera is "
                              f"{(cam.height, cam.width)} (rows, columns)")
-        buf = np.where(np.isfinite(buf) & (buf > 0), buf, np.inf)
         idx = np.flatnonzero(in_view)
         surface = _sample_min(buf, xy[idx], window)
         allow = tolerance + np.broadcast_to(np.asarray(margin, float), (len(p),))[idx]
         visible[idx] = depth[idx] <= surface + allow
     return Keypoints(xy=xy, depth=depth, present=present, in_view=in_view, visible=visible)
+
+
+@lru_cache(maxsize=16)
+def _margins(sets: tuple[tuple[str, int], ...]) -> np.ndarray:
+    """MARGINS of the concatenated sets (name, point count); 0 for a set without any."""
+    return np.concatenate([np.broadcast_to(np.asarray(MARGINS.get(k, 0.0), float), (n,))
+                           for k, n in sets])
 
 
 def project_skeleton(points: dict[str, np.ndarray], cam: Camera,
@@ -416,22 +473,53 @@ def project_skeleton(points: dict[str, np.ndarray], cam: Camera,
     """:func:`project_keypoints` for every set of :func:`joints_3d`, with the per-joint
     MARGINS scaled by ``scale`` (default :func:`body_scale`)."""
     s = body_scale(points) if scale is None else scale
-    return {k: project_keypoints(v, cam, depth_buffer, tolerance,
-                                 MARGINS.get(k, 0.0) * s, window) for k, v in points.items()}
+    # All sets in one projection and one depth test: the per-call overhead dominated.
+    sets = {k: np.asarray(v, float).reshape(-1, 3) for k, v in points.items()}
+    if not sets:
+        return {}
+    margin = _margins(tuple((k, len(v)) for k, v in sets.items())) * s
+    both = project_keypoints(np.concatenate(list(sets.values())), cam, depth_buffer,
+                             tolerance, margin, window)
+    out, start = {}, 0
+    for k, v in sets.items():
+        out[k] = both.take(slice(start, start + len(v)))
+        start += len(v)
+    return out
 
 
 # --------------------------------------------------------------------------- JSON
 
-def _flat(kp: Keypoints | None, n: int, include_occluded: bool) -> list[float]:
+def _rows(kp: Keypoints | None, n: int, include_occluded: bool) -> np.ndarray:
+    """(n, 3) [x, y, c] of one set, unrounded; zeros for a missing set."""
+    out = np.zeros((n, 3))
     if kp is None:
-        return [0.0] * (3 * n)
+        return out
     if len(kp) != n:
         raise ValueError(f"expected {n} keypoints, got {len(kp)}")
-    c = kp.confidence if include_occluded else np.where(kp.visible, 1.0, 0.0)
-    keep = c > 0
-    x = np.where(keep, kp.xy[:, 0] - 0.5, 0.0)
-    y = np.where(keep, kp.xy[:, 1] - 0.5, 0.0)
-    return [round(float(v), 3) for v in np.stack([x, y, c], axis=1).ravel()]
+    # c: 1 visible, OCCLUDED_CONFIDENCE occluded (when included), else 0 with x = y = 0.
+    keep = (kp.visible | kp.in_view) if include_occluded else kp.visible
+    out[keep, :2] = kp.xy[keep] - 0.5
+    out[keep, 2] = np.where(kp.visible[keep], 1.0, OCCLUDED_CONFIDENCE)
+    return out
+
+
+def round3(values: np.ndarray) -> list[float]:
+    """``[round(float(v), 3) for v in values.ravel()]``, vectorised.
+
+    Python's round(x, 3) is the double nearest to x * 1000 rounded exactly (ties to even)
+    and divided by 1000. ``rint(x * 1000) / 1000`` gives the same double unless the rounded
+    product lies next to a half-integer, where its rounding error may pick the other
+    integer: those few values (and huge or non-finite ones) go through round() itself.
+    """
+    x = np.asarray(values, float).ravel()
+    y = x * 1000.0
+    q = np.rint(y)
+    with np.errstate(invalid="ignore"):
+        doubt = ~(np.abs(np.abs(y - q) - 0.5) > 1e-6) | ~(np.abs(y) < 2.0 ** 40)
+    out = (q / 1000.0).tolist()
+    for i in np.flatnonzero(doubt).tolist():
+        out[i] = round(float(x[i]), 3)
+    return out
 
 
 def openpose_json(body: Keypoints, hands: tuple[Keypoints | None, Keypoints | None] | None,
@@ -450,12 +538,18 @@ def openpose_json(body: Keypoints, hands: tuple[Keypoints | None, Keypoints | No
     if n not in (18, 25):
         raise ValueError(f"body must have 25 or 18 keypoints, got {n}")
     left, right = hands if hands is not None else (None, None)
+    # All sets rounded in one go, then cut back into the four lists.
+    flat = round3(np.concatenate([_rows(body, n, include_occluded),
+                                  _rows(face, FACE_COUNT, include_occluded),
+                                  _rows(left, 21, include_occluded),
+                                  _rows(right, 21, include_occluded)]))
+    cut = np.cumsum([0, 3 * n, 3 * FACE_COUNT, 63, 63]).tolist()
     person = {
         "person_id": [-1],
-        "pose_keypoints_2d": _flat(body, n, include_occluded),
-        "face_keypoints_2d": _flat(face, FACE_COUNT, include_occluded),
-        "hand_left_keypoints_2d": _flat(left, 21, include_occluded),
-        "hand_right_keypoints_2d": _flat(right, 21, include_occluded),
+        "pose_keypoints_2d": flat[cut[0]:cut[1]],
+        "face_keypoints_2d": flat[cut[1]:cut[2]],
+        "hand_left_keypoints_2d": flat[cut[2]:cut[3]],
+        "hand_right_keypoints_2d": flat[cut[3]:cut[4]],
         "pose_keypoints_3d": [], "face_keypoints_3d": [],
         "hand_left_keypoints_3d": [], "hand_right_keypoints_3d": [],
     }
@@ -464,110 +558,142 @@ def openpose_json(body: Keypoints, hands: tuple[Keypoints | None, Keypoints | No
 
 
 # --------------------------------------------------------------------------- drawing
+# The figure is built as a list of primitives (openpose_draw.paint), each rasterised over
+# its own bounding box only. The reference scales the whole limb layer by LIMB_ALPHA
+# after drawing it on black; drawing the limbs in pre-scaled colours gives the same
+# pixels (the scaling is per pixel) without a pass over the full image.
 
-def _bbox(canvas: np.ndarray, x0: float, x1: float, y0: float, y1: float):
-    h, w = canvas.shape[:2]
-    j0, j1 = max(int(np.floor(x0)), 0), min(int(np.ceil(x1)) + 1, w)
-    i0, i1 = max(int(np.floor(y0)), 0), min(int(np.ceil(y1)) + 1, h)
-    if j0 >= j1 or i0 >= i1:
-        return None
-    jj, ii = np.meshgrid(np.arange(j0, j1, dtype=float), np.arange(i0, i1, dtype=float))
-    return (slice(i0, i1), slice(j0, j1)), jj, ii
+LIMB_COLORS: np.ndarray = (COCO18_COLORS[:len(COCO18_LIMBS)] * LIMB_ALPHA).astype(np.uint8)
+
+Primitives = tuple[np.ndarray, np.ndarray, np.ndarray]  # kind (N,), params (N, 7), colors (N, 3)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """The primitives of a figure made of point sets, in drawing order: each joins points
+    ``a`` and ``b`` (a = b for a dot) of the concatenated sets and is drawn when both are."""
+
+    kind: np.ndarray  # (P,) openpose_draw.DISC / ELLIPSE / LINE
+    a: np.ndarray  # (P,) point index
+    b: np.ndarray  # (P,)
+    radius: np.ndarray  # (P,) disc radius, line half-width, ellipse minor semi-axis
+    colors: np.ndarray  # (P, 3) uint8
+    positive: np.ndarray  # (N,) point dropped unless x > 0 and y > 0 (hands, face)
+
+
+@lru_cache(maxsize=64)
+def _layout(sets: tuple[tuple[str, int], ...], scale: float, stick: float | None) -> _Layout:
+    """Layout of ``sets`` = (("body" | "hand" | "face", point count), ...): controlnet_aux's
+    draw_bodypose (limb ellipses in LIMB_COLORS, then dots), draw_handpose (edges, then
+    dots), draw_facepose (dots), with their sizes at ``scale``."""
+    kind, a, b, radius, colors, positive = [], [], [], [], [], []
+
+    def add(k: int, ia, ib, r: float, col) -> None:
+        ia = np.asarray(ia)
+        kind.append(np.full(len(ia), k))
+        a.append(ia)
+        b.append(np.asarray(ib))
+        radius.append(np.full(len(ia), float(r)))
+        colors.append(np.broadcast_to(np.asarray(col, np.uint8), (len(ia), 3)))
+
+    off = 0
+    for name, n in sets:
+        dots = off + np.arange(n)
+        if name == "body":
+            sw = 4.0 * scale if stick is None else stick
+            limbs = off + np.array(COCO18_LIMBS)
+            add(odraw.ELLIPSE, limbs[:, 0], limbs[:, 1], max(sw, 0.5), LIMB_COLORS)
+            add(odraw.DISC, dots, dots, 4.0 * scale, COCO18_COLORS[:n])
+        elif name == "hand":
+            if n != len(HAND_NAMES):  # edges would reach into the next set
+                raise ValueError(f"a hand has {len(HAND_NAMES)} keypoints, got {n}")
+            edges = off + np.array(HAND_EDGES)
+            add(odraw.LINE, edges[:, 0], edges[:, 1], max(2.0 * scale / 2.0, 0.5),
+                HAND_EDGE_COLORS)
+            add(odraw.DISC, dots, dots, 4.0 * scale, HAND_POINT_COLOR)
+        else:
+            add(odraw.DISC, dots, dots, 3.0 * scale, FACE_POINT_COLOR)
+        positive.append(np.full(n, name != "body"))
+        off += n
+    return _Layout(np.concatenate(kind), np.concatenate(a), np.concatenate(b),
+                   np.concatenate(radius), np.concatenate(colors), np.concatenate(positive))
+
+
+def _primitives(parts: list[tuple[str, Keypoints]], draw_occluded: bool, scale: float,
+                stick: float | None) -> Primitives:
+    """The primitives (see openpose_draw) of a figure, computed for all its sets at once."""
+    lay = _layout(tuple((name, len(kp)) for name, kp in parts), scale, stick)
+    xy = np.concatenate([kp.xy for _, kp in parts])
+    flags = np.concatenate([kp.in_view if draw_occluded else kp.visible for _, kp in parts])
+    # Integer pixel-index coordinates as controlnet_aux computes them (int(x * W)).
+    pix = np.trunc(xy - 0.5)
+    with np.errstate(invalid="ignore"):  # NaN rows are never drawn
+        ok = (flags & np.isfinite(pix).all(axis=1)
+              & ~(lay.positive & (pix <= 0).any(axis=1)))  # controlnet_aux: x or y <= eps
+    sel = ok[lay.a] & ok[lay.b]
+    kind, r = lay.kind[sel], lay.radius[sel]
+    pa, pb = pix[lay.a[sel]], pix[lay.b[sel]]
+    params = np.zeros((len(kind), 7))
+    params[:, :2] = pa
+    params[:, 2] = r
+    line = kind == odraw.LINE
+    params[line, 2:4] = pb[line]
+    params[line, 4] = r[line]
+    ell = kind == odraw.ELLIPSE
+    if ell.any():
+        (xa, ya), (xb, yb) = pa[ell].T, pb[ell].T
+        # The reference's int() truncations, in its order: centre, half length, angle.
+        angle = np.radians(np.trunc(np.degrees(np.arctan2(ya - yb, xa - xb))))
+        half = np.maximum(np.trunc(np.hypot(xa - xb, ya - yb) / 2), 0.5)
+        params[ell, :6] = np.stack([np.trunc((xa + xb) / 2), np.trunc((ya + yb) / 2), half,
+                                    r[ell], np.cos(angle), np.sin(angle)], axis=1)
+    return kind, params, lay.colors[sel]
+
+
+def _one(kind: int, cols: list[float], color) -> Primitives:
+    params = np.zeros((1, 7))
+    params[0, :len(cols)] = cols
+    return np.array([kind]), params, np.asarray(color, np.uint8).reshape(1, 3)
 
 
 def fill_circle(canvas: np.ndarray, x: float, y: float, r: float, color) -> None:
     """Filled disc centred on pixel-index coordinates (x, y) (OpenCV convention)."""
-    box = _bbox(canvas, x - r, x + r, y - r, y + r)
-    if box is None:
-        return
-    sl, jj, ii = box
-    canvas[sl][(jj - x) ** 2 + (ii - y) ** 2 <= r * r + 1e-9] = color
+    odraw.paint(canvas, *_one(odraw.DISC, [x, y, r], color))
 
 
 def fill_ellipse(canvas: np.ndarray, x: float, y: float, a: float, b: float, angle_deg: float,
                  color) -> None:
     """Filled ellipse, semi-axes a (along ``angle_deg``, image x towards y) and b."""
-    a, b = max(a, 0.5), max(b, 0.5)
-    r = max(a, b)
-    box = _bbox(canvas, x - r, x + r, y - r, y + r)
-    if box is None:
-        return
-    sl, jj, ii = box
     t = np.radians(angle_deg)
-    dx, dy = jj - x, ii - y
-    u = dx * np.cos(t) + dy * np.sin(t)
-    v = -dx * np.sin(t) + dy * np.cos(t)
-    canvas[sl][(u / a) ** 2 + (v / b) ** 2 <= 1.0 + 1e-9] = color
+    odraw.paint(canvas, *_one(odraw.ELLIPSE, [x, y, max(a, 0.5), max(b, 0.5), np.cos(t),
+                                              np.sin(t)], color))
 
 
 def draw_line(canvas: np.ndarray, p0, p1, thickness: float, color) -> None:
     """Thick segment with round caps: pixels within thickness/2 of the segment."""
     (x0, y0), (x1, y1) = p0, p1
-    r = max(thickness / 2.0, 0.5)
-    box = _bbox(canvas, min(x0, x1) - r, max(x0, x1) + r, min(y0, y1) - r, max(y0, y1) + r)
-    if box is None:
-        return
-    sl, jj, ii = box
-    dx, dy = x1 - x0, y1 - y0
-    ll = dx * dx + dy * dy
-    t = np.zeros_like(jj) if ll == 0 else np.clip(((jj - x0) * dx + (ii - y0) * dy) / ll, 0, 1)
-    d2 = (jj - x0 - t * dx) ** 2 + (ii - y0 - t * dy) ** 2
-    canvas[sl][d2 <= r * r + 1e-9] = color
-
-
-def _drawn(kp: Keypoints, draw_occluded: bool) -> np.ndarray:
-    return kp.in_view if draw_occluded else kp.visible
-
-
-def _pix(kp: Keypoints) -> np.ndarray:
-    """Integer pixel-index coordinates as controlnet_aux computes them (int(x * W))."""
-    return np.trunc(np.nan_to_num(kp.xy - 0.5, nan=-1.0))
+    odraw.paint(canvas, *_one(odraw.LINE, [x0, y0, x1, y1, max(thickness / 2.0, 0.5)], color))
 
 
 def draw_bodypose(canvas: np.ndarray, body: Keypoints, *, draw_occluded: bool = False,
                   scale: float = 1.0, stickwidth: float | None = None) -> np.ndarray:
     """controlnet_aux ``draw_bodypose`` on a COCO-18 (or BODY_25) body; returns the canvas."""
-    kp = body.to_coco18()
-    ok = _drawn(kp, draw_occluded)
-    pix = _pix(kp)
-    sw = 4.0 * scale if stickwidth is None else stickwidth
-    for (a, b), color in zip(COCO18_LIMBS, COCO18_COLORS, strict=False):
-        if not (ok[a] and ok[b]):
-            continue
-        (xa, ya), (xb, yb) = pix[a], pix[b]
-        length = float(np.hypot(xa - xb, ya - yb))
-        angle = float(np.degrees(np.arctan2(ya - yb, xa - xb)))
-        fill_ellipse(canvas, int((xa + xb) / 2), int((ya + yb) / 2), int(length / 2), sw,
-                     int(angle), color)
-    canvas[:] = (canvas * LIMB_ALPHA).astype(np.uint8)  # the limb layer at 0.6
-    for i in np.flatnonzero(ok):
-        fill_circle(canvas, pix[i, 0], pix[i, 1], 4.0 * scale, COCO18_COLORS[i])
-    return canvas
+    if canvas.any():  # what was there is part of the layer scaled by LIMB_ALPHA
+        canvas[:] = (canvas * LIMB_ALPHA).astype(np.uint8)
+    prims = _primitives([("body", body.to_coco18())], draw_occluded, scale, stickwidth)
+    return odraw.paint(canvas, *prims)
 
 
 def draw_handpose(canvas: np.ndarray, hand: Keypoints, *, draw_occluded: bool = False,
                   scale: float = 1.0) -> np.ndarray:
     """controlnet_aux ``draw_handpose``: hue-coloured edges then blue dots."""
-    ok = _drawn(hand, draw_occluded)
-    pix = _pix(hand)
-    ok &= np.all(pix > 0, axis=1)  # controlnet_aux skips points at x or y <= eps
-    for (a, b), color in zip(HAND_EDGES, HAND_EDGE_COLORS, strict=True):
-        if ok[a] and ok[b]:
-            draw_line(canvas, pix[a], pix[b], 2.0 * scale, color)
-    for i in np.flatnonzero(ok):
-        fill_circle(canvas, pix[i, 0], pix[i, 1], 4.0 * scale, HAND_POINT_COLOR)
-    return canvas
+    return odraw.paint(canvas, *_primitives([("hand", hand)], draw_occluded, scale, None))
 
 
 def draw_facepose(canvas: np.ndarray, face: Keypoints, *, draw_occluded: bool = False,
                   scale: float = 1.0) -> np.ndarray:
     """controlnet_aux ``draw_facepose``: white dots of radius 3."""
-    ok = _drawn(face, draw_occluded)
-    pix = _pix(face)
-    ok &= np.all(pix > 0, axis=1)
-    for i in np.flatnonzero(ok):
-        fill_circle(canvas, pix[i, 0], pix[i, 1], 3.0 * scale, FACE_POINT_COLOR)
-    return canvas
+    return odraw.paint(canvas, *_primitives([("face", face)], draw_occluded, scale, None))
 
 
 def draw_openpose(body: Keypoints | None,
@@ -591,12 +717,14 @@ def draw_openpose(body: Keypoints | None,
         stick = 4.0 * (1 if side < 500 else min(2 + side // 1000, 7))
     else:
         s = min(width, height) / 512.0 if scale is None else float(scale)
+    # Body, hands, face in controlnet_aux's order, painted in one call; the limbs go
+    # first on the black canvas, so their pre-scaled colours stand for the scaled layer.
+    parts: list[tuple[str, Keypoints]] = []
     if body is not None:
-        canvas = draw_bodypose(canvas, body, draw_occluded=draw_occluded, scale=s,
-                               stickwidth=stick)
-    for hand in hands or ():
-        if hand is not None:
-            canvas = draw_handpose(canvas, hand, draw_occluded=draw_occluded, scale=s)
+        parts.append(("body", body.to_coco18()))
+    parts += [("hand", hand) for hand in hands or () if hand is not None]
     if face is not None:
-        canvas = draw_facepose(canvas, face, draw_occluded=draw_occluded, scale=s)
-    return canvas
+        parts.append(("face", face))
+    if not parts:
+        return canvas
+    return odraw.paint(canvas, *_primitives(parts, draw_occluded, s, stick))
