@@ -20,7 +20,7 @@ from pathlib import Path
 import bpy
 import numpy as np
 
-from ..core import encodings
+from ..core import encodings, jit
 from ..core.atomic import read_json, write_json_atomic
 from ..core.raster import Fragments, inside_closed_mesh, motion_vectors_many, rasterize
 from .shot_geometry import FrameGeometry, ShotError, ShotGeometry
@@ -150,6 +150,10 @@ def rasterize_culled(verts_cam: np.ndarray, tris: np.ndarray, cullable: np.ndarr
                      cam) -> Fragments:
     """:func:`rasterize` without the back faces of closed meshes (see
     ``ShotGeometry.cullable``); triangle ids in the result are the original ones."""
+    if jit.enabled():  # the compiled rasteriser culls as it goes (same test, same arrays)
+        from ..core import raster_jit
+
+        return Fragments(*raster_jit.rasterize(verts_cam, tris, cam, cullable))
     v = verts_cam[tris]
     normal = np.cross(v[:, 1] - v[:, 0], v[:, 2] - v[:, 0])
     # Front-facing: the normal points towards the eye (camera at the origin looking
@@ -166,6 +170,16 @@ def fast_frame(geo: ShotGeometry, g: FrameGeometry, prev: FrameGeometry | None,
     """All passes of one frame from the evaluated meshes (no renderer)."""
     cam = g.camera
     verts_cam = cam.to_camera(g.positions)
+    if jit.enabled():  # every pass in two compiled sweeps: the arrays below, to rounding
+        from ..core import raster_jit
+
+        others = None
+        if "motion" in want:
+            others = [None if o is None else (o.positions, o.camera) for o in (prev, nxt)]
+        return raster_jit.frame_passes(
+            verts_cam, geo.tris, geo.cullable, cam,
+            corner_normals=g.corner_normals if "normal" in want else None,
+            vertex_parts=geo.vertex_parts if "parts" in want else None, others=others)
     frag = rasterize_culled(verts_cam, geo.tris, geo.cullable, cam)
     out: dict[str, np.ndarray] = {"depth": frag.depth, "mask": frag.mask}
     if "normal" in want:
@@ -379,9 +393,14 @@ def make_passes(scene: bpy.types.Scene, opts: PassOptions, out: Path,
 
 def _check_camera_outside(geo: ShotGeometry, g: FrameGeometry) -> None:
     """A camera inside the character sees its inside: refuse and say so."""
+    view = g.camera.view
+    if (g.positions @ view[2, :3] + view[2, 3]).max() < 0:
+        return  # the whole mesh is in front of the camera: its eye cannot be inside
     eye = g.camera.world[:3, 3]
-    lo, hi = g.positions.min(axis=0), g.positions.max(axis=0)
-    if np.any(eye < lo) or np.any(eye > hi):
+    # Column-wise min/max of a (V, 3) array is slow in numpy; one pass over the
+    # transposed copy is several times faster.
+    cols = np.ascontiguousarray(g.positions.T)
+    if np.any(eye < cols.min(axis=1)) or np.any(eye > cols.max(axis=1)):
         return  # outside the bounding box: no need for the ray test
     if inside_closed_mesh(eye, g.positions, geo.tris):
         raise ShotError("the camera is inside the character's mesh: move it out "
