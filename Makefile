@@ -9,7 +9,7 @@ BACKEND_VENV ?= .venv-backend
 BPY := $(BACKEND_VENV)/bin/python
 BSTAMP := $(BACKEND_VENV)/.installed-stamp
 
-.PHONY: demo test test-slow lint bench extension clean backend
+.PHONY: demo test test-slow lint bench extension extension-fast clean backend
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,7 +49,13 @@ bench: $(STAMP) $(BSTAMP)
 
 extension: $(STAMP)
 	mkdir -p build
-	$(PY) $$($(PY) -c "import bpy,os;print(os.path.join(os.path.dirname(bpy.__file__),'5.0','scripts','addons_core','bl_pkg','cli','blender_ext.py'))") build --source-dir . --output-dir build
+	$(PY) $$($(PY) -c "import importlib.util as u,os;print(os.path.join(os.path.dirname(u.find_spec('bpy').origin),'5.0','scripts','addons_core','bl_pkg','cli','blender_ext.py'))") build --source-dir . --output-dir build
+
+# The extension with numba bundled for the fast pass engine: one zip per platform, numba and
+# llvmlite wheels fetched with pip. Options go in EXTENSION_ARGS, e.g. offline farms:
+# make extension-fast EXTENSION_ARGS="--wheels-dir DIR --platform linux-x64"
+extension-fast: $(STAMP)
+	$(PY) tools/build_extension.py $(EXTENSION_ARGS)
 
 clean:
 	rm -rf out build
