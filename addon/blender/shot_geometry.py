@@ -197,8 +197,12 @@ class ShotGeometry:
             mw = np.array(ev.matrix_world, np.float64)
             pos.append(p.reshape(-1, 3) @ mw[:3, :3].T + mw[:3, 3])
             normal_m = np.linalg.inv(mw[:3, :3]).T.astype(np.float32)
+            # Renormalised per vertex after the transform, as Cycles does when it bakes an
+            # object's transform into its mesh (a scaled object's normals then match
+            # Cycles to 0.01°, against 0.2° when only the interpolated normal is
+            # normalised; see test_passes_accuracy).
             nw = n @ normal_m.T
-            nw /= np.maximum(np.linalg.norm(nw, axis=1, keepdims=True), 1e-12)
+            nw /= np.sqrt(np.maximum(np.einsum("ij,ij->i", nw, nw), 1e-24))[:, None]
             nrm.append(np.take(nw, index[domain], axis=0))  # 4x faster than nw[idx]
         positions = np.concatenate(pos)
         corner_normals = np.concatenate(nrm)
