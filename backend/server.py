@@ -11,6 +11,11 @@ One socket loop (main thread) and one compute thread:
 * The compute thread takes frames round-robin from the sessions' queues, runs
   the pipeline and hands progress/results back through an ``inproc`` PAIR
   wake-up, so PING/STATUS/CANCEL stay answered while a frame computes.
+* OPEN loads the session's pipeline (weights, downloads, ONNX exports) as a
+  job at the head of its queue on the compute thread and is answered OPENED
+  only then, or with the error that kept it from loading (which component,
+  where it looked, how to provide it): never a failure on the shot's first
+  frame. A pipeline already loaded and prepared answers at once.
 
 Nothing is unbounded: a session may hold ``credits`` frames (queued or
 running), the server at most ``max_sessions`` sessions, the result cache
@@ -62,7 +67,8 @@ PASSES: dict[str, tuple[str, int]] = {
     "mask": ("uint8", 0), "motion": ("float16", 4), "parts": ("uint8", 0),
 }
 MAX_NAME = 256  # session names, ids echoed back
-MAX_TEXT = 1000  # error messages
+MAX_TEXT = 4000  # error messages (a model's missing components, one line each)
+MAX_PIPELINES = 4  # pipeline instances kept loaded (one per distinct load options)
 
 
 def backend_version() -> str:
@@ -180,6 +186,8 @@ class Session:
     state: dict[str, Any] = field(default_factory=dict)  # the pipeline's, compute thread only
     shm: bool = False  # granted: FRAME arrays may lie in the client's segments
     shm_maps: OrderedDict[str, protocol.ShmSegment] = field(default_factory=OrderedDict)
+    loading: Job | None = None  # the load that will answer OPEN (None once OPENED went out)
+    failed: str | None = None  # set by the compute thread when that load failed
 
 
 @dataclass(eq=False)
@@ -193,6 +201,7 @@ class Job:
     cancelled: bool = False
     shm: bool = False  # some passes are views of the client's shared memory
     slot: tuple[protocol.ShmSegment, int, int] | None = None  # (segment, offset, generation)
+    load: bool = False  # not a frame: load the session's pipeline, then answer its OPEN
 
     def fresh(self) -> bool:
         """Its shared-memory slot still holds this frame (the client has not reused it)."""
@@ -222,6 +231,7 @@ class Server:
         self._wake: zmq.Socket | None = None
         self.cache = ResultCache(int(self.cfg.cache_mb * 1024 * 1024))
         self._pipes: OrderedDict[tuple, Any] = OrderedDict()
+        self.loads = 0  # pipelines created (factory calls) by this server
         self.loaded_models: list[str] = []
         self.devices: list[str] = ["cpu"]
         self._compute = threading.Thread(target=self._compute_loop, name="painted-skin-compute",
@@ -536,9 +546,35 @@ class Server:
             refs, settings_hash(pipeline, prompt, negative, seed, width, height, options, refs))
         if h.get("shm") is True:
             self._grant_shm(s, h.get("shm_probe"))
-        self._send(route, reply(protocol.OPENED, session=name, credits=self.cfg.credits,
-                                pipeline=pipeline, width=width, height=height,
-                                ref=_clean(ref), **({"shm": True} if s.shm else {})))
+        if self._ready_for(s):
+            self._send_opened(s, _clean(ref))
+            return
+        # Load (download, export...) on the compute thread and answer OPEN only then:
+        # a model that cannot load fails the OPEN, before the shot, never a frame of
+        # it. The loop stays free meanwhile (PING, STATUS, other sessions). Frames sent
+        # before OPENED (a broker replaying a session) queue behind the load.
+        job = Job(s, -1, _clean(ref), {}, 0, time.monotonic(), load=True)
+        s.loading = job
+        with self._cond:
+            s.queue.appendleft(job)
+            if s.key not in self._ready:
+                self._ready[s.key] = s
+            self._cond.notify()
+
+    def _ready_for(self, s: Session) -> bool:
+        """The session's pipeline is loaded and prepared for its frame size (OPENED
+        may go out at once). Reads the compute thread's dict: single lookups only."""
+        pipe = self._pipes.get(self._pipeline_key(s.pipeline, s.options))
+        if pipe is None:
+            return False
+        prepared = getattr(pipe, "prepared", None)
+        return prepared is None or bool(prepared(width=s.width, height=s.height,
+                                                 options=s.options, refs=s.refs))
+
+    def _send_opened(self, s: Session, ref: str | None, **extra: Any) -> None:
+        self._send(s.route, reply(protocol.OPENED, session=s.name, credits=self.cfg.credits,
+                                  pipeline=s.pipeline, width=s.width, height=s.height, ref=ref,
+                                  **({"shm": True} if s.shm else {}), **extra))
 
     # ---- shared memory -------------------------------------------------------------------
 
@@ -692,6 +728,16 @@ class Server:
                 self._ready.pop(s.key, None)
 
     def _drop_session(self, s: Session, notify_ref: str | None = None) -> None:
+        load, s.loading = s.loading, None
+        if load is not None:  # its OPEN is never answered (re-opened, closed, client gone)
+            load.cancelled = True
+            with self._cond:
+                try:
+                    s.queue.remove(load)
+                except ValueError:
+                    pass  # loading now: the pipeline stays cached for the next session
+                if not s.queue:
+                    self._ready.pop(s.key, None)
         for job in sorted(s.outstanding.values(), key=lambda j: j.frame):
             self._cancel_job(job)
             if notify_ref is not None:
@@ -762,6 +808,9 @@ class Server:
     def _deliver_events(self) -> None:
         while self._events:
             kind, job, *rest = self._events.popleft()
+            if job.load:
+                self._deliver_open(kind, job, rest)
+                continue
             if not self._live(job):
                 continue  # cancelled, closed or its client gone
             s = job.session
@@ -780,6 +829,25 @@ class Server:
                 code, text = rest
                 self._send(s.route, error(code, text, job.ref, s.name, job.frame))
 
+    def _deliver_open(self, kind: str, job: Job, rest: list[Any]) -> None:
+        """Answer a session's OPEN once its pipeline loaded (or could not)."""
+        s = job.session
+        if job.cancelled or s.loading is not job or self._sessions.get(s.key) is not s:
+            return  # re-opened, closed or its client gone meanwhile
+        s.loading = None
+        if kind == "opened":
+            self._send_opened(s, job.ref, load_ms=rest[0])
+            return
+        code, text = rest
+        frames = sorted(s.outstanding.values(), key=lambda j: j.frame)
+        self._drop_session(s)
+        # Frames sent before OPENED still get their one reply each, before the OPEN's
+        # error: a broker forwards frame replies only while the session exists.
+        for fj in frames:
+            self._send(s.route, error(code, f"frame {fj.frame}: {text}", fj.ref, s.name,
+                                      fj.frame))
+        self._send(s.route, error(code, text, job.ref, s.name))
+
     def _next_job(self) -> Job | None:
         """Round-robin between the sessions with queued frames."""
         with self._cond:
@@ -794,22 +862,43 @@ class Server:
             self._running = job
             return job
 
-    def _pipeline(self, name: str, options: dict[str, Any]) -> Any:
+    def _pipeline_key(self, name: str, options: dict[str, Any]) -> tuple[str, str, str]:
+        """(pipeline, device, its load options): one instance per distinct key."""
         entry = pipelines.get(name)
         load = " ".join(f"{k}={json.dumps(options[k], sort_keys=True)}"
                         for k in entry.load_keys if k in options)
-        key = (name, self.cfg.device, load)
+        return name, self.cfg.device, load
+
+    def _pipeline(self, name: str, options: dict[str, Any]) -> Any:
+        """The instance for ``options`` (compute thread), loaded when missing; at most
+        ``MAX_PIPELINES`` kept, those of no open session evicted first."""
+        key = self._pipeline_key(name, options)
         pipe = self._pipes.get(key)
         if pipe is None:
-            log.info("loading pipeline %s on %s %s", name, self.cfg.device, load)
-            pipe = entry.factory(dict(options), self.cfg.device)
+            log.info("loading pipeline %s on %s %s", *key)
+            pipe = pipelines.get(name).factory(dict(options), self.cfg.device)
+            self.loads += 1
             self._pipes[key] = pipe
-            while len(self._pipes) > 4:  # one instance per distinct load options
-                self._pipes.popitem(last=False)
+            self._evict(keep=key)
             self.loaded_models = [f"{n}@{d}" + (f" {lo}" if lo else "")
                                   for n, d, lo in self._pipes]
         self._pipes.move_to_end(key)
         return pipe
+
+    def _evict(self, keep: tuple[str, str, str]) -> None:
+        if len(self._pipes) <= MAX_PIPELINES:
+            return
+        try:  # the loop thread owns the sessions: a snapshot of their pipelines
+            used = {self._pipeline_key(s.pipeline, s.options)
+                    for s in list(self._sessions.values())}
+        except (RuntimeError, KeyError):  # changed while copied: evict by age alone
+            used = set()
+        for k in [k for k in self._pipes if k not in used and k != keep]:
+            if len(self._pipes) <= MAX_PIPELINES:
+                return
+            del self._pipes[k]
+        while len(self._pipes) > MAX_PIPELINES:  # all in use: the least recently used goes
+            self._pipes.popitem(last=False)
 
     def _compute_loop(self) -> None:
         wake = self.ctx.socket(zmq.PAIR)
@@ -839,9 +928,39 @@ class Server:
         finally:
             wake.close(linger=0)
 
+    def _run_load(self, job: Job, wake: zmq.Socket) -> None:
+        """Load (and prepare for the session's size) the pipeline an OPEN asked for."""
+        s = job.session
+        t0 = time.monotonic()
+        try:
+            pipe = self._pipeline(s.pipeline, s.options)
+            prepare = getattr(pipe, "prepare", None)
+            if prepare is not None:  # e.g. the onnx engine exports for this frame size
+                prepare(width=s.width, height=s.height, options=s.options, refs=s.refs)
+        except Exception as e:
+            # Missing or broken files, bad options: the user's to fix, said in the reply.
+            # Anything else is a bug: logged with its traceback.
+            ours = not (hasattr(e, "problems")
+                        or isinstance(e, OSError | ValueError | KeyError | NotImplementedError))
+            if ours:
+                log.exception("session %r: pipeline %s could not load", s.name, s.pipeline)
+            else:
+                log.warning("session %r: pipeline %s could not load: %s", s.name, s.pipeline, e)
+            code = protocol.E_INTERNAL if ours else protocol.E_BAD_MESSAGE
+            s.failed = (f"open: pipeline {s.pipeline!r} could not load with these options: "
+                        f"{type(e).__name__}: {e}")
+            self._post(wake, "open_failed", job, code, s.failed)
+            return
+        self._post(wake, "opened", job, round((time.monotonic() - t0) * 1000.0, 3))
+
     def _run_job(self, job: Job, wake: zmq.Socket) -> None:
         s = job.session
         if job.cancelled:
+            return
+        if job.load:
+            self._run_load(job, wake)
+            return
+        if s.failed is not None:  # its load failed: answered with the OPEN's error
             return
         t0 = time.monotonic()
         queue_ms = (t0 - job.arrived) * 1000.0

@@ -10,7 +10,12 @@ this CPU:
 
 1. ms/frame of the ``torch`` engine and of the ``onnx`` engine (onnxruntime,
    the best provider offered; the export is cached), same frames and seeds, in
-   one run; the ratio torch / onnx.
+   one run; the ratio torch / onnx. Both use the same threads (torch's). The
+   torch engine is diffusers' eager pipeline as is; the onnx engine runs the
+   same loop over the exported graphs, which hold exact rewrites: attention as
+   one MultiHeadAttention node, the ControlNets' conditioning embeddings once
+   a frame instead of once a step, upsampling convolutions on the small grid
+   (see :mod:`backend.diffusion.export`). Measured on 2 cores: ~1.8-1.9x.
 2. The warping error (Lai et al. 2018, with the renderer's flow and occlusion
    mask) of temporal mode against independent frames on a generated shot
    (:func:`temporal.synthetic_shot`, 6 frames); the ratio temporal / independent.

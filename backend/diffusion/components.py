@@ -167,14 +167,10 @@ def _has_weights(folder: Path) -> bool:
 def _check(kind: str, src: Source, need: str, entry: ModelEntry) -> list[str]:
     """Problems of one component. ``need``: 'pipeline', 'model' or 'file'."""
     root = resolve(src)
-    where = (f"the path {src.ref!r}" if src.is_local
-             else f"the Hugging Face cache {_hub_cache()!r} for {src.ref!r}")
-    how = (f"put the files at {src.ref!r} or point the registry at another folder"
-           if src.is_local else f"run `hf download {src.ref}` on a machine online "
-           f"(or unset HF_HUB_OFFLINE), or set a local folder in the registry")
+    where, how = _where_how(src)
     if root is None:
         if not src.is_local and not offline(entry):
-            return []  # downloaded when the model loads, before the shot
+            return []  # downloaded when the model loads: when the session opens
         return [f"{kind}: not found; looked in {where}; {how}"]
     folder = root / src.subfolder if src.subfolder else root
     missing: list[str] = []
@@ -256,9 +252,36 @@ def _ref(src: Source) -> tuple[str, dict[str, Any]]:
     return "/".join(parts[:2]), ({"subfolder": sub} if sub else {})
 
 
+def _where_how(src: Source) -> tuple[str, str]:
+    """(where a component was looked for, how to provide it)."""
+    if src.is_local:
+        return (f"the path {src.ref!r}",
+                f"put the files at {src.ref!r} or point the registry at another folder")
+    return (f"the Hugging Face cache {_hub_cache()!r} for {src.ref!r}",
+            f"run `hf download {src.ref}` on a machine online (or unset HF_HUB_OFFLINE), "
+            "or set a local folder in the registry")
+
+
+def load_named(model: str, kind: str, src: Any, fn: Any, *args: Any, **kw: Any) -> Any:
+    """``fn(*args, **kw)``; a failure (a corrupt file, no network for a download...)
+    becomes :class:`MissingWeights` naming the component ``kind``, where and how
+    (``src``: a :class:`Source`, or anything else, e.g. a state dict)."""
+    try:
+        return fn(*args, **kw)
+    except Exception as e:
+        if isinstance(src, Source):
+            where, how = _where_how(src)
+            tail = f"; looked in {where}; {how}"
+        else:
+            tail = ""
+        raise MissingWeights(model, [f"{kind}: could not load ({type(e).__name__}: "
+                                     f"{str(e)[:400]}){tail}"]) from e
+
+
 def load_components(entry: ModelEntry, dtype: Any = None) -> Components:
     """Load ``entry``'s components (raises :class:`MissingWeights` first, listing
-    every problem, when some cannot be found)."""
+    every problem, when some cannot be found; and naming the component when one
+    fails to load). Hub ids not in the cache are downloaded unless offline."""
     import torch
     from diffusers import AutoencoderKL, ControlNetModel, DDIMScheduler, UNet2DConditionModel
     from transformers import CLIPTextModel, CLIPTokenizer
@@ -274,27 +297,37 @@ def load_components(entry: ModelEntry, dtype: Any = None) -> Components:
         s = f"{kw['subfolder']}/{name}" if kw else name
         return {"subfolder": s, **lfo}
 
-    unet = UNet2DConditionModel.from_pretrained(base, torch_dtype=dtype, **sub("unet"))
+    def part(cls: Any, name: str, **extra: Any) -> Any:
+        return load_named(entry.name, f"base {name}", entry.base, cls.from_pretrained, base,
+                          **sub(name), **extra)
+
+    unet = part(UNet2DConditionModel, "unet", torch_dtype=dtype)
     if entry.vae is not None:
         vref, vkw = _ref(entry.vae)
-        vae = AutoencoderKL.from_pretrained(vref, torch_dtype=dtype, **vkw, **lfo)
+        vae = load_named(entry.name, "vae", entry.vae, AutoencoderKL.from_pretrained, vref,
+                         torch_dtype=dtype, **vkw, **lfo)
     else:
-        vae = AutoencoderKL.from_pretrained(base, torch_dtype=dtype, **sub("vae"))
-    text_encoder = CLIPTextModel.from_pretrained(base, torch_dtype=dtype, **sub("text_encoder"))
-    tokenizer = CLIPTokenizer.from_pretrained(base, **sub("tokenizer"))
-    scheduler = DDIMScheduler.from_pretrained(base, **sub("scheduler"))
+        vae = part(AutoencoderKL, "vae", torch_dtype=dtype)
+    text_encoder = part(CLIPTextModel, "text_encoder", torch_dtype=dtype)
+    tokenizer = part(CLIPTokenizer, "tokenizer")
+    scheduler = part(DDIMScheduler, "scheduler")
     cns = {}
     for kind in CONTROL_KINDS:
         if kind in entry.controlnets:
-            cref, ckw = _ref(entry.controlnets[kind])
-            cns[kind] = ControlNetModel.from_pretrained(cref, torch_dtype=dtype, **ckw, **lfo)
+            src = entry.controlnets[kind]
+            cref, ckw = _ref(src)
+            cns[kind] = load_named(entry.name, f"controlnet {kind}", src,
+                                   ControlNetModel.from_pretrained, cref, torch_dtype=dtype,
+                                   **ckw, **lfo)
     image_encoder = feature_extractor = None
     if entry.ip_adapter is not None and entry.ip_adapter.image_encoder is not None:
         from transformers import CLIPVisionModelWithProjection
 
-        eref, ekw = _ref(entry.ip_adapter.image_encoder)
-        image_encoder = CLIPVisionModelWithProjection.from_pretrained(
-            eref, torch_dtype=dtype, **ekw, **lfo)
+        src = entry.ip_adapter.image_encoder
+        eref, ekw = _ref(src)
+        image_encoder = load_named(entry.name, "ip_adapter image_encoder", src,
+                                   CLIPVisionModelWithProjection.from_pretrained, eref,
+                                   torch_dtype=dtype, **ekw, **lfo)
         feature_extractor = _image_processor(224)
     return Components(unet, vae, text_encoder, tokenizer, scheduler, cns, image_encoder,
                       feature_extractor, list(entry.loras), entry.ip_adapter, entry.scheduler,

@@ -35,7 +35,14 @@ import numpy as np
 from ...addon.core import encodings
 from ..pipelines import Cancelled, StepCallback
 from . import temporal
-from .components import CONTROL_KINDS, PASS_OF_CONTROL, Components, IPAdapter, Lora
+from .components import (
+    CONTROL_KINDS,
+    PASS_OF_CONTROL,
+    Components,
+    IPAdapter,
+    Lora,
+    load_named,
+)
 from .cross_frame import cross_frame_session
 
 DEFAULT_CONTROL = {"depth": (0.8, 0.0, 1.0), "normal": (0.5, 0.0, 1.0),
@@ -140,12 +147,17 @@ class RestylePipeline:
         self.ip_adapter_loaded = False
         self.ip_adapter_scale = self.default_ip_scale = 0.0
         self.loras: list[Lora] = []
+        # Hub ids download here, when the session opens: a failure names the component.
+        model = components.name or "model"
         for lora in components.loras:
-            self.load_lora(lora.source.ref if hasattr(lora.source, "ref") else lora.source,
-                           scale=lora.scale, name=lora.name,
-                           weight_name=getattr(lora.source, "weight_name", None))
+            load_named(model, f"lora {lora.name}", lora.source, self.load_lora,
+                       lora.source.ref if hasattr(lora.source, "ref") else lora.source,
+                       scale=lora.scale, name=lora.name,
+                       weight_name=getattr(lora.source, "weight_name", None))
         if components.ip_adapter is not None:
-            self.load_ip_adapter(components.ip_adapter)
+            ipa = components.ip_adapter
+            load_named(model, "ip_adapter", getattr(ipa, "source", None), self.load_ip_adapter,
+                       ipa)
         self.txt2img.to(device)
         if self.dtype != torch.float32:
             self.txt2img.to(dtype=self.dtype)

@@ -7,11 +7,23 @@ their inputs and outputs):
   pattern of diffusers' ``convert_stable_diffusion_controlnet_to_onnx.py``,
   onnxruntime's and NVIDIA's SD demos): inputs ``sample`` (B, 4, h, w),
   ``timestep`` (1,) float32, ``encoder_hidden_states`` (B, 77, D), ``scales``
-  (n,) one conditioning scale per net, ``cond_0`` … ``cond_{n-1}`` (B, 3, H, W)
-  control images in [0, 1]; inside, each net's residuals are scaled and summed
-  (in the order of diffusers' ``MultiControlNetModel``) and fed to the UNet;
-  output ``noise_pred`` (B, 4, h, w).
+  (n,) one conditioning scale per net, ``cond_emb_0`` … ``cond_emb_{n-1}`` the
+  nets' conditioning embeddings (``control_embed``'s outputs); inside, each
+  net's residuals are scaled and summed (in the order of diffusers'
+  ``MultiControlNetModel``) and fed to the UNet; output ``noise_pred`` (B, 4,
+  h, w). With an IP-Adapter (``ExportSpec.ip_images`` > 0) also
+  ``image_embeds`` (B, images, D_img) and ``ip_scale`` (1,): the adapter's
+  scale is an input, not a constant.
+- ``control_embed.onnx``: ``cond_0`` … (B, 3, H, W) control images in [0, 1]
+  -> ``cond_emb_0`` …: each ControlNet's conditioning embedding, eight
+  convolutions over the full-size image that do not depend on the step — run
+  once a frame instead of once a step (about a quarter of a step's work at 256²).
 - ``text_encoder.onnx``: ``input_ids`` (1, 77) int64 -> ``last_hidden_state``.
+  SDXL (a UNet with ``text_time`` added embeddings): ``text_encoder.onnx`` and
+  ``text_encoder_2.onnx`` -> ``output_0`` (hidden states; the second encoder's
+  pooled projection) and ``penultimate`` (what SDXL's pipelines use), and the
+  UNet graph also takes ``text_embeds`` (B, D) and ``time_ids`` (B, 6), fed to
+  the ControlNets too.
 - ``vae_encoder.onnx``: ``image`` (1, 3, H, W) in [-1, 1] -> ``moments``
   (1, 2·latent, h, w), the posterior's mean and log-variance (the sampling
   stays in torch, with the pipeline's generator).
@@ -19,9 +31,14 @@ their inputs and outputs):
 - ``image_encoder.onnx`` (when the components have one, for IP-Adapter):
   ``pixel_values`` -> ``image_embeds``.
 
+Exact rewrites while exporting (the torch modules are restored after):
+attention as onnxruntime's ``MultiHeadAttention`` node (:mod:`.onnx_attention`;
+``ExportSpec.attention="onnx"`` keeps plain ops, for TensorRT), and the
+upsampling convolutions on the small grid (:mod:`.onnx_rewrites`).
+
 Exporter: ``torch.onnx.export(dynamo=True)`` first (torch.export, non-strict),
 falling back to the TorchScript exporter (``dynamo=False``, opset 17). Both work
-here (torch 2.13, diffusers 0.42.1) and match PyTorch in ORT to ~5e-7; the
+here (torch 2.13, diffusers 0.42.1) and match PyTorch in ORT to ~1e-6; the
 dynamo path is about 5–7× slower to export (10–16 s for the tiny UNet +
 3 ControlNets against ~2 s), so the tests pass ``dynamo=False``.
 
@@ -47,9 +64,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 3
 UNET = "unet_controlnets"
+CONTROL = "control_embed"
 TEXT = "text_encoder"
+TEXT2 = "text_encoder_2"  # SDXL's second text encoder
 VAE_ENC = "vae_encoder"
 VAE_DEC = "vae_decoder"
 IMAGE = "image_encoder"
@@ -65,10 +84,14 @@ class ExportSpec:
     batch: int = 1
     precision: str = "fp32"  # "fp16" needs a CUDA device to export on
     seq_len: int = 77
+    attention: str = "mha"  # "mha": MultiHeadAttention nodes (ORT CPU/CUDA); "onnx": plain
+    ip_images: int = 0  # IP-Adapter reference images the UNet graph takes (0: no adapter)
 
     def __post_init__(self) -> None:
         if self.precision not in ("fp32", "fp16"):
             raise ValueError(f"precision is fp32 or fp16, not {self.precision!r}")
+        if self.attention not in ("mha", "onnx"):
+            raise ValueError(f"attention is mha or onnx, not {self.attention!r}")
 
 
 def default_cache_dir() -> Path:
@@ -91,39 +114,100 @@ def parse_size(text: str) -> tuple[int, int]:
 # ------------------------------------------------------------------ wrappers
 
 
+def _without_cond_embedding(net: Any) -> Any:
+    """A shallow copy of a ControlNet (same parameters) whose conditioning
+    embedding is the identity: it takes :data:`CONTROL`'s output as its
+    ``controlnet_cond``."""
+    import torch
+
+    c = copy.copy(net)
+    c._modules = dict(net._modules)
+    c._modules["controlnet_cond_embedding"] = torch.nn.Identity()
+    return c
+
+
 def _modules():
     import torch
 
-    class UNetControlNets(torch.nn.Module):
-        """UNet + several ControlNets: residuals scaled per net, summed, fed to the UNet."""
+    class ControlEmbed(torch.nn.Module):
+        """Every ControlNet's conditioning embedding (convolutions over the control
+        image at full size): the same for every step of a frame, so run once a frame
+        instead of once a step. A "bgr" net flips its image here, and the embedding
+        too, which its own flip in the step graph undoes."""
 
-        def __init__(self, unet: Any, controlnets: list[Any]) -> None:
+        def __init__(self, controlnets: list[Any]) -> None:
+            super().__init__()
+            self.embeds = torch.nn.ModuleList([n.controlnet_cond_embedding for n in controlnets])
+            self.bgr = [n.config.controlnet_conditioning_channel_order == "bgr"
+                        for n in controlnets]
+
+        def forward(self, *conds: Any) -> tuple[Any, ...]:
+            outs = []
+            for emb, bgr, cond in zip(self.embeds, self.bgr, conds, strict=True):
+                if bgr:
+                    outs.append(torch.flip(emb(torch.flip(cond, dims=[1])), dims=[1]))
+                else:
+                    outs.append(emb(cond))
+            return tuple(outs)
+
+    class UNetControlNets(torch.nn.Module):
+        """UNet + several ControlNets (taking their conditioning embeddings):
+        residuals scaled per net, summed, fed to the UNet. SDXL (``xl``): nets and
+        UNet also take the pooled text embeddings and time ids; IP-Adapter
+        (``ip_scale``): the UNet takes the reference images' embeddings and the
+        adapter scale."""
+
+        def __init__(self, unet: Any, controlnets: list[Any], ip_scale: Any = None,
+                     xl: bool = False) -> None:
             super().__init__()
             self.unet = unet
-            self.controlnets = torch.nn.ModuleList(controlnets)
+            self.controlnets = torch.nn.ModuleList(
+                [_without_cond_embedding(n) for n in controlnets])
+            self.ip_scale = ip_scale
+            self.xl = xl
 
         def forward(self, sample: Any, timestep: Any, encoder_hidden_states: Any, scales: Any,
-                    *conds: Any) -> Any:
+                    *rest: Any) -> Any:
+            n = len(self.controlnets)
+            embs, extra = rest[:n], list(rest[n:])
+            added: dict[str, Any] = {}
+            if self.xl:
+                added = {"text_embeds": extra.pop(0), "time_ids": extra.pop(0)}
+            net_kw = {"added_cond_kwargs": dict(added)} if added else {}
             down = mid = None
-            for i, (net, cond) in enumerate(zip(self.controlnets, conds, strict=True)):
+            for i, (net, emb) in enumerate(zip(self.controlnets, embs, strict=True)):
                 d, m = net(sample, timestep, encoder_hidden_states=encoder_hidden_states,
-                           controlnet_cond=cond, conditioning_scale=scales[i], return_dict=False)
+                           controlnet_cond=emb, conditioning_scale=scales[i], return_dict=False,
+                           **net_kw)
                 if down is None:
                     down, mid = list(d), m
                 else:
                     down = [a + b for a, b in zip(down, d, strict=True)]
                     mid = mid + m
+            if extra:  # image_embeds, ip_scale
+                image_embeds, ip_scale = extra
+                self.ip_scale.value = ip_scale
+                added["image_embeds"] = [image_embeds]
+            kw = {"added_cond_kwargs": added} if added else {}
             return self.unet(sample, timestep, encoder_hidden_states=encoder_hidden_states,
                              down_block_additional_residuals=down,
-                             mid_block_additional_residual=mid, return_dict=False)[0]
+                             mid_block_additional_residual=mid, return_dict=False, **kw)[0]
 
     class TextEncoder(torch.nn.Module):
-        def __init__(self, enc: Any) -> None:
+        """``last_hidden_state`` (SD 1.5); SDXL (``xl``): the first output (hidden
+        states, or the projected pooled embedding of the second encoder) and the
+        penultimate hidden states the SDXL pipelines use."""
+
+        def __init__(self, enc: Any, xl: bool = False) -> None:
             super().__init__()
             self.enc = enc
+            self.xl = xl
 
         def forward(self, input_ids: Any) -> Any:
-            return self.enc(input_ids)[0]
+            if not self.xl:
+                return self.enc(input_ids)[0]
+            out = self.enc(input_ids, output_hidden_states=True)
+            return out[0], out.hidden_states[-2]
 
     class VaeEncoder(torch.nn.Module):
         def __init__(self, vae: Any) -> None:
@@ -149,7 +233,8 @@ def _modules():
         def forward(self, pixel_values: Any) -> Any:
             return self.enc(pixel_values).image_embeds
 
-    return UNetControlNets, TextEncoder, VaeEncoder, VaeDecoder, ImageEncoder
+    return (ControlEmbed, UNetControlNets, TextEncoder, VaeEncoder, VaeDecoder,
+            ImageEncoder)
 
 
 # ------------------------------------------------------------------ hashing
@@ -190,6 +275,8 @@ def model_hash(components: Any) -> str:
     h = hashlib.blake2b(digest_size=16)
     mods = [("unet", components.unet), *_controlnets(components), ("vae", components.vae),
             ("text_encoder", components.text_encoder)]
+    if getattr(components, "text_encoder_2", None) is not None:
+        mods.append(("text_encoder_2", components.text_encoder_2))
     if components.image_encoder is not None:
         mods.append(("image_encoder", components.image_encoder))
     for name, m in mods:
@@ -231,7 +318,8 @@ def _export_graph(module: Any, args: tuple[Any, ...], path: Path, input_names: l
                 else:
                     torch.onnx.export(module, args, str(path), input_names=input_names,
                                       output_names=output_names, dynamo=False,
-                                      opset_version=17, do_constant_folding=True)
+                                      opset_version=17, do_constant_folding=True,
+                                      custom_opsets={"com.microsoft": 1})
             stats["graphs"] += 1
             return "dynamo" if use_dynamo else "torchscript"
         except Exception as e:  # noqa: BLE001 - try the other exporter
@@ -294,7 +382,10 @@ def _export_into(folder: Path, comps: Any, spec: ExportSpec, dynamo: bool | None
                  device: str | None) -> dict[str, Any]:
     import torch
 
-    unet_cls, text_cls, enc_cls, dec_cls, img_cls = _modules()
+    from .onnx_attention import IPScale, fused_attention
+    from .onnx_rewrites import subpixel_upsampling
+
+    embed_cls, unet_cls, text_cls, enc_cls, dec_cls, img_cls = _modules()
     fp16 = spec.precision == "fp16"
     dev = torch.device(device or ("cuda" if fp16 else comps.unet.device.type))
     if fp16 and dev.type != "cuda":
@@ -323,31 +414,63 @@ def _export_into(folder: Path, comps: Any, spec: ExportSpec, dynamo: bool | None
 
     graphs: dict[str, Any] = {}
     exporter: dict[str, str] = {}
+    ip_scale = IPScale()
 
-    def run(name: str, module: Any, args: tuple[Any, ...], ins: list[str], outs: list[str]
-            ) -> None:
+    def run(name: str, module: Any, args: tuple[Any, ...], ins: list[str], outs: list[str],
+            *fused: Any) -> None:
         module.eval()
-        exporter[name] = _export_graph(module, args, folder / f"{name}.onnx", ins, outs, dynamo)
+        with (fused_attention(*fused, ip_scale=ip_scale, fused=spec.attention == "mha"),
+              subpixel_upsampling(*fused)):
+            exporter[name] = _export_graph(module, args, folder / f"{name}.onnx", ins, outs,
+                                           dynamo)
         graphs[name] = {"file": f"{name}.onnx", "inputs": ins, "outputs": outs,
                         "shapes": {n: list(a.shape) for n, a in zip(ins, args, strict=True)}}
 
-    cond_names = [f"cond_{i}" for i in range(len(nets))]
-    run(UNET, unet_cls(unet, nets),
-        (rnd(b, lat_c, h, w), torch.tensor([500.0], device=dev), rnd(b, spec.seq_len, dim),
-         torch.full((len(nets),), 0.8, device=dev, dtype=dtype),
-         *[torch.rand(b, 3, spec.height, spec.width, generator=g).to(dev, dtype)
-           for _ in nets]),
-        ["sample", "timestep", "encoder_hidden_states", "scales", *cond_names], ["noise_pred"])
+    conds = [torch.rand(b, 3, spec.height, spec.width, generator=g).to(dev, dtype)
+             for _ in nets]
+    embed = embed_cls(nets)
+    with torch.no_grad():
+        embs = embed(*conds)
+    n = len(nets)
+    run(CONTROL, embed, tuple(conds), [f"cond_{i}" for i in range(n)],
+        [f"cond_emb_{i}" for i in range(n)])
+    args = [rnd(b, lat_c, h, w), torch.tensor([500.0], device=dev), rnd(b, spec.seq_len, dim),
+            torch.full((n,), 0.8, device=dev, dtype=dtype), *embs]
+    names = ["sample", "timestep", "encoder_hidden_states", "scales",
+             *[f"cond_emb_{i}" for i in range(n)]]
+    xl = unet.config.addition_embed_type == "text_time"
+    if xl:  # SDXL: pooled text embeddings (text encoder 2's projection) and 6 time ids
+        te2 = comps.text_encoder_2
+        in_dim = unet.add_embedding.linear_1.in_features
+        n_ids = (in_dim - te2.config.projection_dim) // unet.config.addition_time_embed_dim
+        args += [rnd(b, te2.config.projection_dim),
+                 torch.tensor([[spec.height, spec.width, 0, 0, spec.height, spec.width][:n_ids]]
+                              * b, device=dev, dtype=dtype)]
+        names += ["text_embeds", "time_ids"]
+    if spec.ip_images:
+        proj = getattr(unet, "encoder_hid_proj", None)
+        if proj is None:
+            raise ValueError("ip_images > 0 but the UNet has no IP-Adapter loaded")
+        d_img = proj.image_projection_layers[0].image_embeds.in_features
+        args += [rnd(b, spec.ip_images, d_img), torch.tensor([0.6], device=dev, dtype=dtype)]
+        names += ["image_embeds", "ip_scale"]
+    run(UNET, unet_cls(unet, nets, ip_scale, xl), tuple(args), names, ["noise_pred"], unet,
+        *nets)
     te = prep(comps.text_encoder)
     ids = torch.randint(0, te.config.vocab_size, (1, spec.seq_len), generator=g).to(dev)
-    run(TEXT, text_cls(te), (ids,), ["input_ids"], ["last_hidden_state"])
+    if xl:
+        run(TEXT, text_cls(te, xl=True), (ids,), ["input_ids"], ["output_0", "penultimate"])
+        run(TEXT2, text_cls(prep(comps.text_encoder_2), xl=True), (ids,), ["input_ids"],
+            ["output_0", "penultimate"])
+    else:
+        run(TEXT, text_cls(te), (ids,), ["input_ids"], ["last_hidden_state"])
     run(VAE_ENC, enc_cls(vae), (rnd(1, 3, spec.height, spec.width).clamp(-1, 1),),
-        ["image"], ["moments"])
+        ["image"], ["moments"], vae)
     run(VAE_DEC, dec_cls(vae), (rnd(1, vae.config.latent_channels, h, w),), ["latent"],
-        ["image"])
+        ["image"], vae)
     if comps.image_encoder is not None:
         enc = prep(comps.image_encoder)
         size = enc.config.image_size
         run(IMAGE, img_cls(enc), (rnd(1, 3, size, size),), ["pixel_values"], ["image_embeds"])
     return {"spec": asdict(spec), "kinds": kinds, "graphs": graphs, "exporter": exporter,
-            "vae_scale_factor": f, "dtype": "float16" if fp16 else "float32"}
+            "vae_scale_factor": f, "dtype": "float16" if fp16 else "float32", "xl": xl}

@@ -9,7 +9,8 @@ execution provider available (``onnxruntime.get_available_providers()``):
    shapes; fp16 comes from an fp16 export), exhaustive cuDNN search;
 3. CPU EP.
 
-Every session: graph optimisation level ALL, intra-op threads = CPU cores.
+Every session: graph optimisation level ALL, intra-op threads = torch's
+(physical cores), threads spinning during a run only (:func:`session_options`).
 
 :class:`OnnxRestylePipeline` is :class:`~.controlnet_pipeline.RestylePipeline`
 with the torch UNet, ControlNets, VAE and text encoder of its diffusers
@@ -17,8 +18,13 @@ pipelines replaced by thin shims over an :class:`OnnxEngine` — diffusers'
 denoising loop, scheduler, generator and control-guidance schedule stay the
 same, so a seed gives the same image as the torch engine (up to float
 rounding). The ControlNet shim only records the control images and per-step
-scales; the UNet shim runs the combined UNet + ControlNets graph. The graphs
-are exported (or taken from the cache) for each frame size on first use.
+scales; the UNet shim runs the combined UNet + ControlNets graph, the control
+images' embeddings computed once a frame (:meth:`OnnxEngine.control_embeddings`).
+IP-Adapter: the reference images through the image encoder graph, their
+embeddings and the scale into the UNet graph. The graphs are exported (or
+taken from the cache) per frame size and number of reference images, when a
+session opens (:meth:`OnnxRestylePipeline.prepare`) or on first use. SDXL:
+:mod:`.onnx_xl`.
 """
 
 from __future__ import annotations
@@ -31,7 +37,17 @@ from typing import Any
 import numpy as np
 
 from .controlnet_pipeline import RestylePipeline
-from .export import IMAGE, TEXT, UNET, VAE_DEC, VAE_ENC, ExportSpec, export_components
+from .export import (
+    CONTROL,
+    IMAGE,
+    TEXT,
+    TEXT2,
+    UNET,
+    VAE_DEC,
+    VAE_ENC,
+    ExportSpec,
+    export_components,
+)
 
 CPU, CUDA, TRT = "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"
 _NP = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
@@ -51,10 +67,7 @@ def provider_chain(folder: str | os.PathLike, providers: str | list[str] = "auto
     ``providers``: "auto" (TensorRT -> CUDA -> CPU), "tensorrt", "cuda", "cpu" or
     a list of provider names. Unavailable ones are dropped; CPU always ends it.
     """
-    have = set(available_providers())
-    order = {"auto": [TRT, CUDA, CPU], "tensorrt": [TRT, CUDA, CPU], "trt": [TRT, CUDA, CPU],
-             "cuda": [CUDA, CPU], "cpu": [CPU]}
-    names = order[providers] if isinstance(providers, str) else list(providers)
+    names = provider_names(providers)
     trt_dir = str(Path(folder) / "trt")
     opts = {
         TRT: {"device_id": device_id, "trt_fp16_enable": True,
@@ -67,23 +80,52 @@ def provider_chain(folder: str | os.PathLike, providers: str | list[str] = "auto
                "arena_extend_strategy": "kSameAsRequested"},
         CPU: {},
     }
-    chain = [(n, opts.get(n, {})) for n in names if n in have]
-    if not any(n == CPU for n, _ in chain):
-        chain.append((CPU, {}))
+    chain = [(n, opts.get(n, {})) for n in names]
     if any(n == TRT for n, _ in chain):
         os.makedirs(trt_dir, exist_ok=True)
     return chain
 
 
-def session_options(threads: int | None = None) -> Any:
+def provider_names(providers: str | list[str] = "auto") -> list[str]:
+    """The providers :func:`provider_chain` picks, best first, CPU last."""
+    have = set(available_providers())
+    order = {"auto": [TRT, CUDA, CPU], "tensorrt": [TRT, CUDA, CPU], "trt": [TRT, CUDA, CPU],
+             "cuda": [CUDA, CPU], "cpu": [CPU]}
+    names = [n for n in (order[providers] if isinstance(providers, str) else providers)
+             if n in have]
+    return names if CPU in names else [*names, CPU]
+
+
+def default_threads() -> int:
+    """Intra-op threads: torch's (physical cores unless set otherwise), so that both
+    engines compute with the same number of threads."""
+    try:
+        import torch
+
+        return max(1, torch.get_num_threads())
+    except ImportError:  # pragma: no cover - torch is a dependency of the engine
+        return os.cpu_count() or 1
+
+
+def session_options(threads: int | None = None, spinning: bool | None = None) -> Any:
+    """Graph optimisation level ALL; ``threads`` intra-op threads (default
+    :func:`default_threads`); ``spinning``: worker threads spin-wait between the
+    parallel sections of a run (onnxruntime's default; default here on unless
+    ``$PAINTED_SKIN_ORT_SPIN`` is "0") and stop spinning when the run ends, so the
+    torch code between runs (scheduler, glue) keeps the cores. Measured on 2
+    cores: without spinning every one of a UNet graph's ~2000 small ops pays a
+    thread wake-up (frames ~6% slower); spinning on after the runs too makes
+    whole frames slower than not spinning at all."""
     import onnxruntime as ort
 
+    if spinning is None:
+        spinning = os.environ.get("PAINTED_SKIN_ORT_SPIN", "1") != "0"
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.intra_op_num_threads = threads or os.cpu_count() or 1
+    so.intra_op_num_threads = threads or default_threads()
     so.log_severity_level = 3
-    # no spin-waiting after a run: torch code between runs (and other processes) get the cores
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+    so.add_session_config_entry("session.force_spinning_stop", "1")
     return so
 
 
@@ -178,6 +220,12 @@ def _without_cuda_graph(chain: list[tuple[str, dict]]) -> list[tuple[str, dict]]
     return [(n, {k: v for k, v in o.items() if k not in _GRAPH_KEYS}) for n, o in chain]
 
 
+def _version(t: Any) -> int:
+    """A tensor's in-place modification counter (-1 for inference-mode tensors,
+    which have none: diffusers builds the control images once a call anyway)."""
+    return -1 if t.is_inference() else t._version
+
+
 def _to_numpy(v: Any, dtype: Any) -> np.ndarray:
     if hasattr(v, "detach"):
         v = v.detach().cpu().numpy()
@@ -189,7 +237,7 @@ class OnnxEngine:
 
     ``providers``: "auto" picks TensorRT -> CUDA -> CPU by what onnxruntime
     offers (see :func:`provider_chain`); ``threads``: intra-op threads (default:
-    all cores). ``engine.providers`` maps each graph to the providers its
+    torch's). ``engine.providers`` maps each graph to the providers its
     session actually uses.
     """
 
@@ -205,6 +253,7 @@ class OnnxEngine:
         self.provider = self.graphs[UNET].providers[0]
         self.kinds: list[str] = self.manifest["kinds"]
         self.spec = ExportSpec(**self.manifest["spec"])
+        self._emb_cache: dict[tuple, tuple[list[Any], list[Any]]] = {}
 
     def run(self, graph: str, feeds: dict[str, Any]) -> list[np.ndarray]:
         return self.graphs[graph].run(feeds)
@@ -212,10 +261,39 @@ class OnnxEngine:
     def run_torch(self, graph: str, feeds: dict[str, Any]) -> list[Any]:
         return self.graphs[graph].run_torch(feeds)
 
+    def control_embeddings(self, conds: list[Any], start: int) -> list[Any]:
+        """The ControlNets' conditioning embeddings (:data:`CONTROL`) of batch rows
+        ``start``.. of ``conds``. Computed once a frame: diffusers passes the same
+        control tensors at every step, so they are cached by (address, shape,
+        version counter) while references to them keep the addresses unique; the
+        pipeline calls :meth:`new_frame` before each frame."""
+        import torch
+
+        b = self.spec.batch
+        key = (start, *((c.data_ptr(), tuple(c.shape), _version(c)) for c in conds))
+        hit = self._emb_cache.get(key)
+        if hit is not None:
+            return hit[1]
+        if len(self._emb_cache) >= 8:  # a few frames' worth at most
+            self._emb_cache.clear()
+        feeds = {f"cond_{j}": torch.as_tensor(c)[start:start + b] for j, c in enumerate(conds)}
+        embs = self.run_torch(CONTROL, feeds)
+        self._emb_cache[key] = (list(conds), embs)
+        return embs
+
+    def new_frame(self) -> None:
+        """Forget the cached control embeddings (the next frame brings new images)."""
+        self._emb_cache.clear()
+
     def noise_pred(self, sample: Any, timestep: Any, encoder_hidden_states: Any,
-                   conds: list[Any], scales: list[float]) -> Any:
+                   conds: list[Any], scales: list[float], image_embeds: Any = None,
+                   ip_scale: float = 0.0, text_embeds: Any = None, time_ids: Any = None
+                   ) -> Any:
         """The combined UNet + ControlNets; any batch that is a multiple of the
-        exported one (run in chunks: classifier-free guidance doubles it)."""
+        exported one (run in chunks: classifier-free guidance doubles it).
+        ``image_embeds`` (B, images, D) and ``ip_scale``: IP-Adapter, when the
+        graph takes it (zeros and 0 when not given); ``text_embeds`` (B, D) and
+        ``time_ids`` (B, 6): SDXL's added conditions."""
         import torch
 
         b = self.spec.batch
@@ -224,14 +302,33 @@ class OnnxEngine:
             raise ValueError(f"batch {n} is not a multiple of the exported batch {b}")
         t = torch.as_tensor(timestep, dtype=torch.float32).reshape(-1)[:1]
         sc = torch.tensor([float(s) for s in scales], dtype=torch.float32)
+        ip = "image_embeds" in self.inputs(UNET)
+        if ip:
+            shape, _ = self.inputs(UNET)["image_embeds"]
+            if image_embeds is None:
+                image_embeds = torch.zeros((n, *shape[1:]))
+                ip_scale = 0.0
+            elif tuple(image_embeds.shape[1:]) != tuple(shape[1:]):
+                raise ValueError(f"image_embeds {tuple(image_embeds.shape)}: this engine takes "
+                                 f"{shape[1]} reference image(s) of {shape[2]} values")
         outs = []
         for i in range(0, n, b):
             feeds = {"sample": sample[i:i + b], "timestep": t,
                      "encoder_hidden_states": encoder_hidden_states[i:i + b], "scales": sc}
-            for j, c in enumerate(conds):
-                feeds[f"cond_{j}"] = c[i:i + b]
+            for j, e in enumerate(self.control_embeddings(conds, i)):
+                feeds[f"cond_emb_{j}"] = e
+            if text_embeds is not None:
+                feeds["text_embeds"] = text_embeds[i:i + b]
+                feeds["time_ids"] = time_ids[i:i + b]
+            if ip:
+                feeds["image_embeds"] = image_embeds[i:i + b]
+                feeds["ip_scale"] = torch.tensor([float(ip_scale)])
             outs.append(self.run_torch(UNET, feeds)[0])
         return torch.cat(outs) if len(outs) > 1 else outs[0]
+
+    def inputs(self, graph: str) -> dict[str, tuple[tuple, Any]]:
+        """Input name -> (shape, numpy dtype) of one graph."""
+        return self.graphs[graph].inputs
 
 
 # ------------------------------------------------------------------ shims for diffusers
@@ -273,15 +370,39 @@ def _shims() -> tuple[type, type, type, type]:
                     *args: Any, return_dict: bool = False, **kw: Any) -> tuple[Any]:
             h = self.host
             conds, scales = h.pending
-            out = h.engine.noise_pred(sample, timestep, encoder_hidden_states, conds, scales)
+            added = kw.get("added_cond_kwargs") or {}
+            image_embeds = added.get("image_embeds")
+            if isinstance(image_embeds, list | tuple):
+                image_embeds = image_embeds[0]  # one IP-Adapter
+            out = h.engine.noise_pred(sample, timestep, encoder_hidden_states, conds, scales,
+                                      image_embeds, h.ip_scale, added.get("text_embeds"),
+                                      added.get("time_ids"))
             return (out.to(sample.device, sample.dtype),)
 
+    class NetStub(torch.nn.Module):
+        """A ControlNet's config without its weights (what the pipeline reads)."""
+
+        def __init__(self, config: Any) -> None:
+            super().__init__()
+            self.config = config
+
     class ControlNetShim(MultiControlNetModel):
-        """Records the control images and scales of a step for :class:`UNetShim`."""
+        """Records the control images and scales of a step for :class:`UNetShim`.
+        Its ``nets`` are weightless stubs: diffusers walks every module of the
+        pipeline's components on each call (device, dtype, offload hooks), which
+        over the real ControlNets cost ~30 ms a frame."""
 
         def __init__(self, host: _OnnxHost, original: Any) -> None:
-            super().__init__(list(original.nets))
+            super().__init__([NetStub(n.config) for n in original.nets])
             self.__dict__["host"] = host  # not a submodule
+
+        @property
+        def dtype(self) -> Any:
+            return self.host.dtype
+
+        @property
+        def device(self) -> Any:
+            return torch.device(self.host.device)
 
         def forward(self, sample: Any, timestep: Any, encoder_hidden_states: Any,
                     controlnet_cond: list[Any], conditioning_scale: list[float],
@@ -289,10 +410,29 @@ def _shims() -> tuple[type, type, type, type]:
             self.host.pending = (controlnet_cond, conditioning_scale)
             return None, None
 
+    class TextOut(tuple):
+        """What SDXL's ``encode_prompt`` reads: ``[0]`` and ``.hidden_states[-2]``."""
+
+        hidden_states: list[Any]
+
     class TextShim(Shim):
+        """A text encoder graph: SD's ``last_hidden_state``; SDXL's (first output,
+        penultimate hidden states)."""
+
+        def __init__(self, host: _OnnxHost, original: Any, graph: str = TEXT) -> None:
+            super().__init__(host, original)
+            self.graph = graph
+
         def forward(self, input_ids: Any, attention_mask: Any = None, **kw: Any) -> Any:
-            out = self.host.engine.run_torch(TEXT, {"input_ids": input_ids.to(torch.int64)})[0]
-            return BaseModelOutput(last_hidden_state=out.to(self.host.device, self.host.dtype))
+            h = self.host
+            outs = [o.to(h.device, h.dtype) for o in
+                    h.engine.run_torch(self.graph, {"input_ids": input_ids.to(torch.int64)})]
+            if len(outs) == 1:
+                return BaseModelOutput(last_hidden_state=outs[0])
+            first, penultimate = outs
+            out = TextOut((first,))
+            out.hidden_states = [penultimate, first]
+            return out
 
     class VaeShim(Shim):
         def encode(self, x: Any, return_dict: bool = True) -> Any:
@@ -310,6 +450,16 @@ def _shims() -> tuple[type, type, type, type]:
             raise NotImplementedError
 
     return UNetShim, ControlNetShim, TextShim, VaeShim
+
+
+def _keep(shim: Any, original: Any, *names: str) -> Any:
+    """Give a shim some of the original's submodules as plain attributes (what
+    the pipelines read: SDXL's ``unet.add_embedding``, ``vae.post_quant_conv``)
+    without registering them (diffusers walks registered modules on each call)."""
+    for n in names:
+        if hasattr(original, n):
+            shim.__dict__[n] = getattr(original, n)
+    return shim
 
 
 class _OnnxHost:
@@ -330,20 +480,26 @@ class _OnnxHost:
         gpu = "TensorrtExecutionProvider" in available_providers() or \
             CUDA in available_providers()
         self.precision = precision or ("fp16" if gpu and torch.cuda.is_available() else "fp32")
-        self.engines: dict[tuple[int, int], OnnxEngine] = {}
+        # TensorRT has no MultiHeadAttention kernel: its exports keep plain attention
+        self.attention = "onnx" if provider_names(providers)[0] == TRT else "mha"
+        self.engines: dict[tuple[int, int, int], OnnxEngine] = {}
         self.engine: OnnxEngine | None = None
         self.pending: tuple[list[Any], list[float]] = ([], [])
+        self.ip_scale = 0.0
         self.originals: dict[str, Any] = {}
 
-    def prepare(self, height: int, width: int) -> OnnxEngine:
-        """The engine for frames of this size (exported or taken from the cache)."""
-        key = (height, width)
+    def prepare(self, height: int, width: int, ip_images: int = 0) -> OnnxEngine:
+        """The engine for frames of this size and number of IP-Adapter reference
+        images (exported or taken from the cache); a new frame for it."""
+        key = (height, width, ip_images)
         if key not in self.engines:
-            spec = ExportSpec(height, width, 1, self.precision)
+            spec = ExportSpec(height, width, 1, self.precision, attention=self.attention,
+                              ip_images=ip_images)
             folder = export_components(self.pipe.components_for_export(), spec,
                                        self.cache_dir, dynamo=self.dynamo)
             self.engines[key] = OnnxEngine(folder, self.providers, threads=self.threads)
         self.engine = self.engines[key]
+        self.engine.new_frame()
         return self.engine
 
     def attach(self) -> None:
@@ -352,8 +508,13 @@ class _OnnxHost:
         p = self.pipe.txt2img
         self.originals = {"unet": p.unet, "controlnet": p.controlnet,
                           "text_encoder": p.text_encoder, "vae": p.vae}
-        shims = {"unet": unet_s(self, p.unet), "controlnet": cn_s(self, p.controlnet),
-                 "text_encoder": text_s(self, p.text_encoder), "vae": vae_s(self, p.vae)}
+        shims = {"unet": _keep(unet_s(self, p.unet), p.unet, "add_embedding"),
+                 "controlnet": cn_s(self, p.controlnet),
+                 "text_encoder": text_s(self, p.text_encoder),
+                 "vae": _keep(vae_s(self, p.vae), p.vae, "post_quant_conv")}
+        if getattr(p, "text_encoder_2", None) is not None:  # SDXL
+            self.originals["text_encoder_2"] = p.text_encoder_2
+            shims["text_encoder_2"] = text_s(self, p.text_encoder_2, TEXT2)
         for pipe in (self.pipe.txt2img, self.pipe.img2img):
             pipe.__dict__.update(shims)  # plain attributes: the pipeline config stays as is
 
@@ -371,8 +532,9 @@ class OnnxRestylePipeline(RestylePipeline):
     ``providers``: "auto" | "tensorrt" | "cuda" | "cpu" | a list; ``precision``:
     "fp32" or "fp16" (default fp16 with a GPU provider and torch CUDA, else
     fp32); ``cache_dir``: the export cache (default
-    :func:`.export.default_cache_dir`). IP-Adapter is not in the graphs yet:
-    a pipeline with one loaded raises ``NotImplementedError`` (use ``torch``).
+    :func:`.export.default_cache_dir`). With an IP-Adapter the reference images
+    go through the image encoder graph and the UNet graph takes their
+    embeddings and the adapter scale; one engine per number of references.
     """
 
     engine_name = "onnx"
@@ -382,9 +544,6 @@ class OnnxRestylePipeline(RestylePipeline):
                  providers: str | list[str] = "auto", precision: str | None = None,
                  dynamo: bool | None = None, threads: int | None = None) -> None:
         super().__init__(components, device, dtype)
-        if self.ip_adapter_loaded:
-            raise NotImplementedError("IP-Adapter is not in the ONNX graphs yet: "
-                                      "use the torch engine")
         self.onnx = _OnnxHost(self, cache_dir, providers, precision, dynamo, threads)
         self.onnx.attach()
 
@@ -393,30 +552,74 @@ class OnnxRestylePipeline(RestylePipeline):
         import dataclasses
 
         o = self.onnx.originals
+        extra = {"text_encoder_2": o["text_encoder_2"]} if "text_encoder_2" in o else {}
         return dataclasses.replace(self.components, unet=o["unet"], vae=o["vae"],
                                    text_encoder=o["text_encoder"],
                                    controlnets=dict(zip(self.kinds, o["controlnet"].nets,
-                                                        strict=True)))
+                                                        strict=True)), **extra)
 
-    def load_lora(self, *args: Any, **kw: Any) -> str:
+    def _reweigh(self, load: Any, *args: Any, **kw: Any) -> Any:
+        """Change weights on the torch modules; the next frame exports anew (a new
+        cache key)."""
         host = getattr(self, "onnx", None)
         if host is None:  # during RestylePipeline.__init__
-            return super().load_lora(*args, **kw)
+            return load(*args, **kw)
         host.detach()
         try:
-            return super().load_lora(*args, **kw)
+            return load(*args, **kw)
         finally:
-            host.attach()  # new weights: a new cache key, re-exported on the next frame
+            host.attach()
+
+    def load_lora(self, *args: Any, **kw: Any) -> str:
+        return self._reweigh(super().load_lora, *args, **kw)
 
     def load_ip_adapter(self, *args: Any, **kw: Any) -> None:
-        if getattr(self, "onnx", None) is not None:
-            raise NotImplementedError("IP-Adapter is not in the ONNX graphs yet: "
-                                      "use the torch engine")
-        super().load_ip_adapter(*args, **kw)
+        self._reweigh(super().load_ip_adapter, *args, **kw)
+
+    def _ip_images(self, refs: Any) -> int:
+        """Reference images the UNet graph takes: 0 without an IP-Adapter; 1 (zero
+        embeddings) without references or image encoder."""
+        if not self.ip_adapter_loaded:
+            return 0
+        n = len(refs or ())
+        return n if n and self.components.image_encoder is not None else 1
+
+    def prepare(self, *, width: int, height: int, options: dict[str, Any] | None = None,
+                refs: Any = ()) -> None:
+        """Export (or take from the cache) and open the graphs for this frame size; the
+        backend calls it when a session opens, so a failing export fails the OPEN."""
+        self.onnx.prepare(height, width, self._ip_images(refs))
+
+    def prepared(self, *, width: int, height: int, options: dict[str, Any] | None = None,
+                 refs: Any = ()) -> bool:
+        return (height, width, self._ip_images(refs)) in self.onnx.engines
+
+    def image_embeds(self, refs: list[np.ndarray], cfg: bool) -> list[Any]:
+        """:meth:`RestylePipeline.image_embeds` through the image encoder graph; the
+        adapter scale goes to the UNet graph as an input."""
+        import torch
+
+        proj = self.onnx.originals["unet"].encoder_hid_proj.image_projection_layers[0]
+        if refs and self.components.image_encoder is not None:
+            from PIL import Image
+
+            pil = [Image.fromarray(np.ascontiguousarray(r[..., :3]).astype(np.uint8))
+                   for r in refs]
+            px = self.components.feature_extractor(images=pil, return_tensors="pt").pixel_values
+            eng = self.onnx.engine
+            emb = torch.cat([eng.run_torch(IMAGE, {"pixel_values": px[i:i + 1]})[0]
+                             for i in range(px.shape[0])])
+            pos = emb[None]
+            self.onnx.ip_scale = self.ip_adapter_scale
+        else:
+            pos = torch.zeros(1, 1, proj.image_embeds.in_features)
+            self.onnx.ip_scale = 0.0
+        pos = pos.to(self.device, self.dtype)
+        return [torch.cat([torch.zeros_like(pos), pos]) if cfg else pos]
 
     def run(self, passes: dict[str, np.ndarray], *, width: int, height: int,
             **kw: Any) -> Any:
-        self.onnx.prepare(height, width)
+        self.onnx.prepare(height, width, self._ip_images(kw.get("refs")))
         return super().run(passes, width=width, height=height, **kw)
 
     @property

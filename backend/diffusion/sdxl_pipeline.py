@@ -345,6 +345,11 @@ def check_xl(options: dict[str, Any]) -> list[str]:
     cf = options.get("cross_frame")
     if cf not in (None, False, "off", *("first", "previous")):
         return [f"cross_frame {cf!r} must be 'first', 'previous' or null"]
+    from ..pipelines.diffusion import engine_problem
+
+    problem = engine_problem(options)
+    if problem:
+        return [problem]
     if options.get("tiny"):
         return []
     try:
@@ -359,7 +364,7 @@ def check_xl(options: dict[str, Any]) -> list[str]:
 def sdxl_factory(options: dict[str, Any], device: str) -> RestyleXLPipeline:
     """Factory of ``sdxl-controlnet`` (load keys :data:`XL_LOAD_KEYS`): tiny
     random components (``tiny``, ``tiny_seed``, ``tiny_controlnets``, ``union``)
-    or registry model ``model`` (default "sdxl")."""
+    or registry model ``model`` (default "sdxl"); ``engine``: "torch" or "onnx"."""
     import torch
 
     dtype = options.get("dtype")
@@ -371,4 +376,8 @@ def sdxl_factory(options: dict[str, Any], device: str) -> RestyleXLPipeline:
     else:
         comps = load_xl_components(str(options.get("model", "sdxl")), tdtype,
                                    None if union is None else bool(union))
+    if options.get("engine", "torch") == "onnx":
+        from .onnx_xl import OnnxRestyleXLPipeline
+
+        return OnnxRestyleXLPipeline(comps, device, tdtype)
     return RestyleXLPipeline(comps, device, tdtype)

@@ -8,8 +8,14 @@ A pipeline turns the control passes of one frame into an RGB image::
 
 ``callback(step, steps)`` is called after each step (1..steps) and returns
 False to stop: the pipeline then raises :class:`Cancelled` (the diffusers
-``callback_on_step_end`` idea). Factories may be slow (loading weights) and
-are called on the backend's compute thread, never on the socket loop.
+``callback_on_step_end`` idea). Factories may be slow (loading weights,
+downloading them) and are called on the backend's compute thread, never on the
+socket loop, when a session OPENs: the OPEN is answered once the pipeline is
+loaded, or with the error that kept it from loading, so a shot never starts on
+a model that cannot run. A pipeline may also have ``prepare(width=, height=,
+options=, refs=)`` (e.g. export ONNX graphs for the session's frame size and
+number of reference images), called then too, and ``prepared(width=, height=,
+options=, refs=) -> bool`` (True: OPENED at once).
 Issue 5 adds the diffusion pipelines here; the backend never imports bpy.
 """
 

@@ -40,6 +40,9 @@ def check(options: dict[str, Any]) -> list[str]:
     if options.get("cross_frame") not in (None, "first", "previous"):
         return [f"cross_frame {options['cross_frame']!r} must be \"first\", \"previous\" "
                 "or absent"]
+    problem = engine_problem(options)
+    if problem:
+        return [problem]
     if options.get("tiny"):
         return []
     from ..diffusion.components import load_registry
@@ -54,6 +57,19 @@ def check(options: dict[str, Any]) -> list[str]:
     from ..diffusion.components import check_weights
 
     return check_weights(registry[name])
+
+
+def engine_problem(options: dict[str, Any]) -> str | None:
+    """What is wrong with ``options``' engine choice (None when nothing): told on
+    OPEN rather than found on the first frame."""
+    engine = options.get("engine", "torch")
+    if engine not in ("torch", "onnx"):
+        return f"engine {engine!r} must be \"torch\" or \"onnx\""
+    if engine == "onnx" and options.get("cross_frame") not in (None, False, "off"):
+        return "cross_frame needs the torch engine (the onnx graphs have plain attention)"
+    if engine == "onnx" and options.get("union"):
+        return "ControlNet-Union needs the torch engine (the onnx graphs take separate nets)"
+    return None
 
 
 def sd15_controlnet(options: dict[str, Any], device: str) -> Any:
@@ -96,7 +112,7 @@ def register_all() -> bool:
 
 # SDXL is imported on first use: importing it here would import the pipelines
 # package from inside itself (controlnet_pipeline -> pipelines -> this module).
-XL_LOAD_KEYS = ("model", "tiny", "tiny_seed", "tiny_controlnets", "union", "dtype")
+XL_LOAD_KEYS = ("model", "tiny", "tiny_seed", "tiny_controlnets", "union", "dtype", "engine")
 
 
 def _sdxl_factory(options: dict[str, Any], device: str) -> Any:

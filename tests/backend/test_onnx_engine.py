@@ -1,7 +1,8 @@
 """ONNX export + onnxruntime engine against the torch engine (tiny components, CPU EP).
 
-Tolerances: graph outputs max |Δ| ≤ 1e-4 (measured ~5e-7); the whole 4-step LCM
-pipeline's uint8 image mean |Δ| ≤ 0.5 and max |Δ| ≤ 2 levels (measured 0).
+Tolerances: graph outputs max |Δ| ≤ 1e-4 (measured ~1e-6 with the MultiHeadAttention
+and sub-pixel rewrites); the whole 4-step LCM pipeline's uint8 image mean |Δ| ≤ 0.5 and
+max |Δ| ≤ 2 levels (measured 0, IP-Adapter included).
 """
 
 from __future__ import annotations
@@ -74,7 +75,9 @@ def test_unet_and_three_controlnets_as_one_graph(comps, engine) -> None:
                          mid_block_additional_residual=mid, return_dict=False)[0]
     out = engine.noise_pred(lat, t, ehs, conds, scales)
     assert engine.manifest["graphs"][E.UNET]["inputs"] == [
-        "sample", "timestep", "encoder_hidden_states", "scales", "cond_0", "cond_1", "cond_2"]
+        "sample", "timestep", "encoder_hidden_states", "scales", "cond_emb_0", "cond_emb_1",
+        "cond_emb_2"]
+    assert engine.manifest["graphs"][E.CONTROL]["inputs"] == ["cond_0", "cond_1", "cond_2"]
     assert float((out - ref).abs().max()) <= TOL
     # the scales are inputs: another set changes the output like torch does
     out2 = engine.noise_pred(lat, t, ehs, conds, [0.0, 0.0, 0.0])
@@ -197,11 +200,99 @@ def test_export_cli_hits_the_cache(cache, folder, capsys) -> None:
         E.parse_size("63x64")
 
 
-def test_ip_adapter_is_refused_clearly(cache) -> None:
-    c = tiny_components(0)
-    c.ip_adapter = (random_ip_adapter(c.unet, 32, seed=1), 1.0)
-    with pytest.raises(NotImplementedError, match="torch engine"):
-        O.OnnxRestylePipeline(c, cache_dir=cache)
+def test_control_embeddings_run_once_a_frame(engine, monkeypatch) -> None:
+    """The ControlNets' conditioning embeddings (convolutions over the full-size
+    control images) are the same at every step: one CONTROL run a frame."""
+    runs: list[str] = []
+    real = engine.run_torch
+    monkeypatch.setattr(engine, "run_torch", lambda g, f: runs.append(g) or real(g, f))
+    g = torch.Generator().manual_seed(5)
+    conds = [torch.rand(2, 3, H, W, generator=g) for _ in range(3)]  # CFG: batch 2
+    ehs = torch.randn(2, 77, 32, generator=g)
+    for step in range(3):
+        engine.noise_pred(torch.randn(2, 4, H // 2, W // 2, generator=g), 900 - step * 300,
+                          ehs, conds, [1.0, 1.0, 1.0])
+    assert runs.count(E.CONTROL) == 2 and runs.count(E.UNET) == 6  # 2 chunks x 3 steps
+    conds[1].mul_(0.5)  # changed in place: its version counter moved, computed again
+    engine.noise_pred(torch.randn(2, 4, H // 2, W // 2, generator=g), 10, ehs, conds,
+                      [1.0] * 3)
+    assert runs.count(E.CONTROL) == 4
+    engine.new_frame()
+    assert not engine._emb_cache
+
+
+def test_attention_is_one_node(folder) -> None:
+    """Attention exports as onnxruntime's MultiHeadAttention (CPU/CUDA kernels)."""
+    import onnx
+
+    ops = [n.op_type for n in onnx.load(str(folder / "unet_controlnets.onnx")).graph.node]
+    # transformer blocks: UNet 2 down + 1 mid + 3 up, each ControlNet 2 down + 1 mid;
+    # 2 attentions (self, cross) each
+    assert ops.count("MultiHeadAttention") == (2 + 1 + 3 + 3 * (2 + 1)) * 2
+    assert "Softmax" not in ops
+    vae_ops = [n.op_type for n in onnx.load(str(folder / "vae_decoder.onnx")).graph.node]
+    assert vae_ops.count("MultiHeadAttention") == 1
+    # the upsampling convolution runs on the small grid (onnx_rewrites): no Resize
+    assert "Resize" not in vae_ops and vae_ops.count("DepthToSpace") == 1
+
+
+def test_ip_adapter_matches_torch(cache) -> None:
+    """IP-Adapter in the onnx engine: image encoder graph, image embeddings and the
+    adapter scale into the UNet graph; the same picture as the torch engine, with
+    one, two or no reference images, and the scale an input (not baked in)."""
+
+    def comps() -> object:
+        c = tiny_components(0)
+        c.ip_adapter = (random_ip_adapter(c.unet, 32, seed=1, std=1.0), 1.0)  # a strong one
+        return c
+
+    tp = RestylePipeline(comps())
+    op = O.OnnxRestylePipeline(comps(), cache_dir=cache, dynamo=False)
+    rng = np.random.default_rng(0)
+    refs = [rng.integers(0, 256, (40, 40, 3), dtype=np.uint8) for _ in range(2)]
+    kw = dict(prompt="a knight", seed=3, width=W, height=H)
+    outs = {}
+    for name, r, scale in (("one", refs[:1], 1.0), ("two", refs, 1.0), ("none", [], 1.0),
+                           ("weak", refs[:1], 0.3)):
+        opts = {"steps": 2, "ip_adapter_scale": scale}
+        a = op.run(SHOT[0], refs=r, options=opts, **kw).image
+        b = tp.run(SHOT[0], refs=r, options=opts, **kw).image
+        _close(a, b)
+        outs[name] = a
+    assert np.abs(outs["one"].astype(int) - outs["none"]).mean() > 0.3  # the refs matter
+    assert np.abs(outs["one"].astype(int) - outs["weak"]).mean() > 0.15  # so does the scale
+    assert sorted(k[2] for k in op.onnx.engines) == [1, 2]  # one engine per reference count
+    # The UNet graph itself, against the torch UNet + ControlNets with the adapter.
+    from diffusers.models.attention_processor import IPAdapterAttnProcessor2_0
+
+    eng = op.onnx.prepare(H, W, 2)
+    assert eng.manifest["graphs"][E.UNET]["inputs"][-2:] == ["image_embeds", "ip_scale"]
+    unet, nets = op.onnx.originals["unet"], op.onnx.originals["controlnet"]
+    g = torch.Generator().manual_seed(6)
+    lat, ehs = torch.randn(1, 4, H // 2, W // 2, generator=g), torch.randn(1, 77, 32, generator=g)
+    conds = [torch.rand(1, 3, H, W, generator=g) for _ in range(3)]
+    img = torch.randn(1, 2, 32, generator=g)
+    refs_out = []
+    for scale in (1.0, 0.4):
+        for proc in unet.attn_processors.values():
+            if isinstance(proc, IPAdapterAttnProcessor2_0):
+                proc.scale = [scale]
+        with torch.no_grad():
+            down, mid = nets(lat, torch.tensor(500), ehs, conds, [1.0] * 3, return_dict=False)
+            ref = unet(lat, torch.tensor(500), ehs, added_cond_kwargs={"image_embeds": [img]},
+                       down_block_additional_residuals=down, mid_block_additional_residual=mid,
+                       return_dict=False)[0]
+        out = eng.noise_pred(lat, 500, ehs, conds, [1.0] * 3, img, scale)
+        assert float((out - ref).abs().max()) <= TOL
+        refs_out.append(ref)
+    assert float((refs_out[0] - refs_out[1]).abs().max()) > 1e-2
+
+
+def test_prepare_exports_before_the_first_frame(cache) -> None:
+    op = O.OnnxRestylePipeline(tiny_components(0), cache_dir=cache, dynamo=False)
+    assert not op.prepared(width=W, height=H, options={})
+    op.prepare(width=W, height=H, options={})
+    assert op.prepared(width=W, height=H, options={}) and op.providers[E.UNET]
 
 
 @pytest.mark.slow
@@ -210,6 +301,10 @@ def test_dynamo_export_parity(tmp_path) -> None:
     folder = E.export_components(c, E.ExportSpec(H, W), tmp_path, dynamo=True)
     m = json.loads((folder / "manifest.json").read_text())
     assert set(m["exporter"].values()) == {"dynamo"}
+    import onnx
+
+    ops = [n.op_type for n in onnx.load(str(folder / "unet_controlnets.onnx")).graph.node]
+    assert ops.count("MultiHeadAttention") == (2 + 1 + 3 + 2 * (2 + 1)) * 2
     eng = O.OnnxEngine(folder, "cpu")
     g = torch.Generator().manual_seed(0)
     z = torch.randn(1, 4, H // 2, W // 2, generator=g)
