@@ -199,3 +199,33 @@ def test_curve_keys(tmp_path):
             c.ping()
     finally:
         stop(proc)
+
+
+def test_open_waits_for_a_slow_model_load_while_the_backend_is_alive(serve):
+    """The backend answers OPEN only once the model is loaded (first downloads and ONNX
+    exports take minutes): the client waits past its silence timeout as long as the
+    backend answers heartbeats, then runs the shot; a hard ``timeout_s`` still holds."""
+    from painted_skin.addon.blender.client import BackendUnavailable
+    from painted_skin.backend import pipelines
+    from painted_skin.backend.pipelines.echo import EchoPipeline
+
+    def slow_factory(options: dict, device: str) -> EchoPipeline:
+        time.sleep(2.5)
+        return EchoPipeline(device)
+
+    pipelines.register("slow-load-client", slow_factory, load_keys=("variant",))
+    try:
+        _, url = serve()
+        with client(url, timeout_s=1.0) as c:
+            with pytest.raises(BackendUnavailable):
+                c.open("slow-load-client", 32, 24, options={"variant": 1}, timeout_s=0.5)
+            t0 = time.monotonic()
+            c.open("slow-load-client", 32, 24, seed=3, options={"variant": 2})
+            assert time.monotonic() - t0 > 2.0  # waited through the load, past timeout_s
+            got = {}
+            c.run_shot(((f, passes(f)) for f in range(3)),
+                       lambda r: got.__setitem__(r.frame, r))
+            assert sorted(got) == [0, 1, 2]
+            np.testing.assert_array_equal(got[1].rgb, expected(1, got[1].seed))
+    finally:
+        pipelines.REGISTRY.pop("slow-load-client", None)

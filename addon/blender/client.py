@@ -32,6 +32,7 @@ client's sweep (dead creators hold no lock). Anything else: the plain TCP path.
 from __future__ import annotations
 
 import logging
+import math
 import time
 import uuid
 from collections import deque
@@ -367,8 +368,13 @@ class BackendClient:
 
         ``refs`` are uint8 identity images, sent as arrays ``ref0``, ``ref1``…
         The fields are kept: after a reconnect the same session is opened again.
-        ``wait=False`` returns at once (the UI): a shot started meanwhile begins
-        sending when OPENED arrives, and fails with the error if the open fails.
+        The backend answers only once the session's model is loaded (a first
+        download or ONNX export can take minutes), so by default this waits as long
+        as the backend stays alive (it answers heartbeats meanwhile) and raises
+        :class:`BackendUnavailable` after ``self.timeout_s`` of silence; ``timeout_s``
+        sets a hard limit instead. ``wait=False`` returns at once (the UI): a shot
+        started meanwhile begins sending when OPENED arrives, and fails with the
+        error if the open fails.
         """
         self._session = {"session": session or P.new_id(), "pipeline": pipeline,
                          "prompt": prompt, "negative_prompt": negative_prompt, "seed": seed,
@@ -383,7 +389,8 @@ class BackendClient:
         if not wait:
             return self.credits
         try:
-            self._wait(lambda: self._opened or self._open_error is not None, timeout_s)
+            self._wait(lambda: self._opened or self._open_error is not None,
+                       math.inf if timeout_s is None else timeout_s)
         except BackendUnavailable:
             self._session = None
             raise
