@@ -1,4 +1,5 @@
-"""``painted-skin export-onnx``: export a registry model (or the tiny one) to ONNX.
+"""``painted-skin export-onnx``: export a registry model (SD 1.5, or SDXL with ``--xl``;
+or the tiny ones) to ONNX.
 
 Wire into ``cli.py``'s ``build_parser``::
 
@@ -23,7 +24,11 @@ def cmd_export_onnx(args: argparse.Namespace) -> int:
     from .export import ExportSpec, export_components, parse_size
 
     width, height = parse_size(args.size)
-    if args.tiny:
+    if args.tiny and args.xl:
+        from .sdxl_pipeline import tiny_xl_components
+
+        comps = tiny_xl_components(0, n_controlnets=int(args.controlnets))
+    elif args.tiny:
         comps = tiny_components(0, int(args.controlnets))
     else:
         registry = load_registry(args.registry)
@@ -31,10 +36,18 @@ def cmd_export_onnx(args: argparse.Namespace) -> int:
             raise ValueError(f"model {args.model!r} is not in the registry "
                              f"(it has: {', '.join(sorted(registry))})")
         dtype = torch.float16 if args.precision == "fp16" else torch.float32
-        comps = load_components(registry[args.model], dtype)
+        if args.xl:
+            from .sdxl_pipeline import load_xl_components
+
+            # The ONNX graphs hold separate ControlNets only (no ControlNet-Union).
+            comps = load_xl_components(args.model, dtype, union=False)
+        else:
+            comps = load_components(registry[args.model], dtype)
     if args.precision == "fp16":
-        for m in (comps.unet, comps.vae, comps.text_encoder, *comps.controlnets.values()):
-            m.to("cuda")
+        for m in (comps.unet, comps.vae, comps.text_encoder,
+                  getattr(comps, "text_encoder_2", None), *comps.controlnets.values()):
+            if m is not None:
+                m.to("cuda")
     dynamo = {"auto": None, "on": True, "off": False}[args.dynamo]
     t0 = time.perf_counter()
     folder = export_components(comps, ExportSpec(height, width, args.batch, args.precision),
@@ -71,6 +84,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dynamo", choices=("auto", "on", "off"), default="auto",
                    help="exporter: auto tries dynamo then TorchScript")
     p.add_argument("--force", action="store_true", help="export even when cached")
+    p.add_argument("--xl", action="store_true", help="an SDXL model (both text encoders, "
+                   "added conditions; separate ControlNets, not ControlNet-Union)")
     p.add_argument("--tiny", action="store_true", help="tiny random components (no weights)")
     p.add_argument("--controlnets", type=int, default=3, help="with --tiny: how many (1-3)")
     p.set_defaults(func=_run)

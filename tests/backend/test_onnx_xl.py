@@ -107,3 +107,22 @@ def test_factory_and_union_refused(cache) -> None:
     assert check_xl({"tiny": True, "engine": "onnx"}) == []
     with pytest.raises(NotImplementedError, match="ControlNet-Union"):
         OnnxRestyleXLPipeline(tiny_xl_components(0, union=True), cache_dir=cache)
+
+
+def test_export_cli_exports_sdxl_graphs(cache, capsys) -> None:
+    import argparse
+    import json
+    from pathlib import Path
+
+    from painted_skin.backend.diffusion.engine_cli import add_commands
+
+    p = argparse.ArgumentParser()
+    add_commands(p.add_subparsers(dest="command"))
+    args = p.parse_args(["export-onnx", "--tiny", "--xl", "--size", f"{W}x{H}", "--out",
+                         str(cache), "--dynamo", "off"])
+    assert args.func(args) == 0
+    folder = Path(capsys.readouterr().out.strip().split(" -> ")[-1])
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["xl"] and manifest["graphs"][E.UNET]["inputs"][-2:] == [
+        "text_embeds", "time_ids"]
+    assert (folder / f"{E.TEXT2}.onnx").is_file()
