@@ -98,6 +98,7 @@ class Broker:
     def __init__(self, config: BrokerConfig | None = None, ctx: zmq.Context | None = None
                  ) -> None:
         self.cfg = config or BrokerConfig()
+        self.boot = protocol.new_id()  # per process, in PONG (see Server.boot)
         self.ctx = ctx or zmq.Context()
         self._own_ctx = ctx is None
         self._auth = None
@@ -230,7 +231,7 @@ class Broker:
             header = msg.header
             if msg.type == protocol.PING:
                 self._to_client(route, reply(protocol.PONG, version=protocol.PROTOCOL_VERSION,
-                                             server=SERVER_NAME, role="broker",
+                                             server=SERVER_NAME, role="broker", boot=self.boot,
                                              ref=_clean(msg.id)))
             elif msg.type == protocol.STATUS:
                 self._to_client(route, reply(protocol.STATUS_REPLY, ref=_clean(msg.id),

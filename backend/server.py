@@ -215,6 +215,9 @@ class Server:
                  ) -> None:
         self.cfg = config or ServeConfig()
         pipelines.get(self.cfg.pipeline)  # KeyError names the known ones
+        # Changes with every process: a client that sees another boot id in PONG knows
+        # the backend restarted (its sessions, and an OPEN still loading, are gone).
+        self.boot = protocol.new_id()
         self.ctx = ctx or zmq.Context()
         self._own_ctx = ctx is None
         self.sock: zmq.Socket | None = None
@@ -475,7 +478,8 @@ class Server:
 
     def _on_ping(self, route: list[bytes], msg: Message) -> None:
         self._send(route, reply(protocol.PONG, version=protocol.PROTOCOL_VERSION,
-                                server=SERVER_NAME, role="server", ref=_clean(msg.id)))
+                                server=SERVER_NAME, role="server", boot=self.boot,
+                                ref=_clean(msg.id)))
 
     def status(self) -> dict[str, Any]:
         with self._cond:

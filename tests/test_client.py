@@ -229,3 +229,61 @@ def test_open_waits_for_a_slow_model_load_while_the_backend_is_alive(serve):
             np.testing.assert_array_equal(got[1].rgb, expected(1, got[1].seed))
     finally:
         pipelines.REGISTRY.pop("slow-load-client", None)
+
+
+def test_open_is_sent_again_when_the_backend_restarts_while_loading():
+    """The backend dies while loading the session's model and a supervisor restarts it
+    within the heartbeat timeout: the client sees another boot id in PONG and opens
+    again, instead of waiting for an answer that will never come."""
+    import threading
+
+    import zmq
+    from painted_skin.backend import protocol as P
+
+    url = free_url()
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    router.linger = 0
+    router.bind(url)
+    got_open = threading.Event()
+
+    def loading_backend() -> None:  # answers PING, sits on OPEN like a long model load
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:
+            if router.poll(50):
+                ident, *body = router.recv_multipart(copy=False)
+                m = P.decode(body)
+                if m.type == P.PING:
+                    router.send_multipart([ident.bytes, *P.encode(
+                        P.PONG, version=1, boot="first-process", ref=m.id)])
+                elif m.type == P.OPEN:
+                    got_open.set()
+        router.close(linger=0)  # killed while loading
+
+    th = threading.Thread(target=loading_backend)
+    th.start()
+    c = client(url, timeout_s=5.0, heartbeat_timeout=30.0)  # no reconnect by silence
+    res: dict = {}
+
+    def opener() -> None:
+        try:
+            res["credits"] = c.open("echo", 32, 24, timeout_s=20)
+        except Exception as e:  # noqa: BLE001 - reported below
+            res["error"] = e
+
+    t = threading.Thread(target=opener)
+    t.start()
+    th.join()
+    proc = start_backend(url)
+    try:
+        t.join(25)
+        assert got_open.is_set()
+        assert res.get("credits", 0) >= 1, res
+        assert c.restarts == 1 and c.reconnects == 0
+        got = {}
+        c.run_shot(((f, passes(f)) for f in range(2)), lambda r: got.__setitem__(r.frame, r))
+        assert sorted(got) == [0, 1]
+    finally:
+        c.close()
+        ctx.term()
+        stop(proc)

@@ -32,7 +32,6 @@ client's sweep (dead creators hold no lock). Anything else: the plain TCP path.
 from __future__ import annotations
 
 import logging
-import math
 import time
 import uuid
 from collections import deque
@@ -259,6 +258,11 @@ class BackendClient:
         self.reconnects = 0
         self.dead_at: list[float] = []  # monotonic times the backend was found silent
         self.server_info: dict = {}
+        self._boot: str | None = None  # the backend process's id, from PONG
+        self.restarts = 0  # backend restarts noticed by a changed boot id
+        # OPEN waits through model loads (first downloads, ONNX exports) while the
+        # backend answers heartbeats, up to this long.
+        self.open_timeout_s = 900.0
         self.last_error: BackendError | None = None
         self.bytes_sent = self.bytes_received = 0
         self.bytes_shm = 0  # array bytes passed through shared memory instead
@@ -294,6 +298,7 @@ class BackendClient:
         if self._sock is not None:
             self._sock.close(linger=0)
         self._connect()
+        self._boot = None  # the OPEN goes out again below: the next PONG sets the boot id
         self.reconnects += 1
         self._last_reconnect = now
         self._ids.clear()
@@ -302,6 +307,20 @@ class BackendClient:
         if self._session is not None:
             self._opened = False
             self._send_open()
+
+    def _check_boot(self, boot: object) -> None:
+        """A PONG from another process than before (the backend restarted faster than
+        the heartbeat timeout, e.g. under a supervisor): its sessions are gone, and an
+        OPEN it was loading with them. Open again; frames in flight are re-sent once
+        OPENED arrives, as after a reconnect."""
+        if not isinstance(boot, str):
+            return
+        if self._boot is not None and boot != self._boot and self._session is not None:
+            log.warning("the backend at %s restarted: opening the session again", self.url)
+            self.restarts += 1
+            self._opened = False
+            self._send_open()
+        self._boot = boot
 
     def _send(self, frames: list) -> None:
         """Send without ever blocking: with no usable peer (down, or a refused CURVE
@@ -369,10 +388,11 @@ class BackendClient:
         ``refs`` are uint8 identity images, sent as arrays ``ref0``, ``ref1``…
         The fields are kept: after a reconnect the same session is opened again.
         The backend answers only once the session's model is loaded (a first
-        download or ONNX export can take minutes), so by default this waits as long
-        as the backend stays alive (it answers heartbeats meanwhile) and raises
-        :class:`BackendUnavailable` after ``self.timeout_s`` of silence; ``timeout_s``
-        sets a hard limit instead. ``wait=False`` returns at once (the UI): a shot
+        download or ONNX export can take minutes), so this waits while the backend
+        answers heartbeats, up to ``timeout_s`` (default ``self.open_timeout_s``,
+        15 min); it raises :class:`BackendUnavailable` sooner, after ``self.timeout_s``
+        of silence. A backend that restarts meanwhile (another boot id in PONG) is
+        sent the OPEN again. ``wait=False`` returns at once (the UI): a shot
         started meanwhile begins sending when OPENED arrives, and fails with the
         error if the open fails.
         """
@@ -390,7 +410,7 @@ class BackendClient:
             return self.credits
         try:
             self._wait(lambda: self._opened or self._open_error is not None,
-                       math.inf if timeout_s is None else timeout_s)
+                       self.open_timeout_s if timeout_s is None else timeout_s)
         except BackendUnavailable:
             self._session = None
             raise
@@ -616,6 +636,7 @@ class BackendClient:
                 msg.type == P.ERROR and h.get("ref") in self._requests):
             if msg.type == P.PONG:
                 self.server_info = h
+                self._check_boot(h.get("boot"))
             req = self._requests.get(h.get("ref") or h.get("id") or "")
             if req is None:
                 req = next((r for r in self._requests.values()
