@@ -69,3 +69,22 @@ def test_normals_match_blender_corner_normals_in_every_domain(bpy_clean):
     assert g.corner_normals.shape == (len(geo.tris), 3, 3)
     ref = _reference_corner_normals(bpy, geo)
     assert np.abs(g.corner_normals - ref).max() == pytest.approx(0.0, abs=1e-5)
+
+
+def test_changing_topology_is_refused_with_a_clear_error(bpy_clean):
+    from painted_skin.addon.blender.shot_geometry import ShotError, ShotGeometry
+
+    bpy = bpy_clean
+    ob = _sphere(bpy, "growing", 0.0)
+    build = ob.modifiers.new("build", "BUILD")  # faces appear frame by frame
+    build.frame_start, build.frame_duration = 1, 10
+    cam = bpy.data.objects.new("cam", bpy.data.cameras.new("cam"))
+    cam.location = (0.0, -8.0, 0.0)
+    cam.rotation_euler = (np.pi / 2, 0.0, 0.0)
+    bpy.context.scene.collection.objects.link(cam)
+    bpy.context.scene.camera = cam
+    bpy.context.scene.frame_set(5)
+    geo = ShotGeometry(bpy.context.scene, 32, 32)
+    geo.frame(5)
+    with pytest.raises(ShotError, match="changes its topology"):
+        geo.frame(8)

@@ -153,7 +153,10 @@ def rasterize_culled(verts_cam: np.ndarray, tris: np.ndarray, cullable: np.ndarr
     if jit.enabled():  # the compiled rasteriser culls as it goes (same test, same arrays)
         from ..core import raster_jit
 
-        return Fragments(*raster_jit.rasterize(verts_cam, tris, cam, cullable))
+        try:
+            return Fragments(*raster_jit.rasterize(verts_cam, tris, cam, cullable))
+        except jit.KERNEL_ERRORS as e:
+            jit.disable(e)
     v = verts_cam[tris]
     normal = np.cross(v[:, 1] - v[:, 0], v[:, 2] - v[:, 0])
     # Front-facing: the normal points towards the eye (camera at the origin looking
@@ -176,10 +179,13 @@ def fast_frame(geo: ShotGeometry, g: FrameGeometry, prev: FrameGeometry | None,
         others = None
         if "motion" in want:
             others = [None if o is None else (o.positions, o.camera) for o in (prev, nxt)]
-        return raster_jit.frame_passes(
-            verts_cam, geo.tris, geo.cullable, cam,
-            corner_normals=g.corner_normals if "normal" in want else None,
-            vertex_parts=geo.vertex_parts if "parts" in want else None, others=others)
+        try:
+            return raster_jit.frame_passes(
+                verts_cam, geo.tris, geo.cullable, cam,
+                corner_normals=g.corner_normals if "normal" in want else None,
+                vertex_parts=geo.vertex_parts if "parts" in want else None, others=others)
+        except jit.KERNEL_ERRORS as e:
+            jit.disable(e)
     frag = rasterize_culled(verts_cam, geo.tris, geo.cullable, cam)
     out: dict[str, np.ndarray] = {"depth": frag.depth, "mask": frag.mask}
     if "normal" in want:

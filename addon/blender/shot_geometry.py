@@ -146,7 +146,7 @@ class ShotGeometry:
                 index.append({"POINT": t, "FACE": np.repeat(po[:, None], 3, axis=1),
                               "CORNER": lo.reshape(-1, 3)})
                 labels.append(self._vertex_parts(ob, me))
-                counts.append(len(me.vertices))
+                counts.append((len(me.vertices), len(me.polygons), len(me.loops)))
                 v_off += len(me.vertices)
             finally:
                 ev.to_mesh_clear()
@@ -182,12 +182,14 @@ class ShotGeometry:
         """Evaluate frame ``f``: world positions, corner normals, camera, joints."""
         self.scene.frame_set(f)
         pos, nrm = [], []
-        for ob, nv, index in zip(self.objects, self.counts, self._normal_index, strict=True):
+        for ob, counts, index in zip(self.objects, self.counts, self._normal_index,
+                                     strict=True):
             ev = self._evaluated(ob)
             me = ev.to_mesh()
             try:
-                if len(me.vertices) != nv:
-                    raise ShotError(f"mesh {ob.name!r} changes its vertex count over the shot "
+                nv = counts[0]
+                if (len(me.vertices), len(me.polygons), len(me.loops)) != counts:
+                    raise ShotError(f"mesh {ob.name!r} changes its topology over the shot "
                                     "(remesh/geometry nodes?): passes need fixed topology")
                 p = np.empty(nv * 3, np.float32)
                 me.attributes["position"].data.foreach_get("vector", p)

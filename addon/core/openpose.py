@@ -53,7 +53,7 @@ import numpy as np
 
 from . import openpose_draw as odraw
 from .camera import Camera
-from .jit import enabled, njit
+from .jit import KERNEL_ERRORS, disable, enabled, njit
 
 # --------------------------------------------------------------------------- definitions
 
@@ -397,8 +397,11 @@ def _sample_min(buffer: np.ndarray, xy: np.ndarray, window: int) -> np.ndarray:
     """
     if enabled() and buffer.dtype in (np.float32, np.float64):
         out = np.empty(len(xy))
-        _sample_min_jit(buffer, np.ascontiguousarray(xy, np.float64), int(window), out)
-        return out
+        try:
+            _sample_min_jit(buffer, np.ascontiguousarray(xy, np.float64), int(window), out)
+            return out
+        except KERNEL_ERRORS as e:
+            disable(e)
     h, w = buffer.shape
     off = np.arange(-window, window + 1)
     col = np.clip(np.floor(xy[:, 0]).astype(int), 0, w - 1)

@@ -26,14 +26,13 @@ import math
 
 import numpy as np
 
-from .jit import enabled, njit
+from .jit import KERNEL_ERRORS, disable, enabled, njit
 
 DISC, ELLIPSE, LINE = 0, 1, 2
 EPS = 1e-9  # the reference drawing's tolerance on the boundary test
 
 
-@njit
-def _bounds(kind: int, p: np.ndarray, h: int, w: int) -> tuple[int, int, int, int]:
+def _bounds_py(kind: int, p: np.ndarray, h: int, w: int) -> tuple[int, int, int, int]:
     """Rows [i0, i1) and columns [j0, j1) of a primitive's box, clamped to the image.
 
     The box of the reference drawing (floor/ceil of the extent, one past the end), with a
@@ -54,11 +53,14 @@ def _bounds(kind: int, p: np.ndarray, h: int, w: int) -> tuple[int, int, int, in
     return i0, i1, j0, j1
 
 
+_bounds = njit(_bounds_py)  # the kernel's copy; the numpy path never touches numba
+
+
 def _paint_numpy(canvas: np.ndarray, kind: np.ndarray, params: np.ndarray,
                  colors: np.ndarray) -> None:
     h, w = canvas.shape[:2]
     for k, p, color in zip(kind.tolist(), params, colors, strict=True):
-        i0, i1, j0, j1 = _bounds(k, p, h, w)
+        i0, i1, j0, j1 = _bounds_py(k, p, h, w)
         if k == ELLIPSE:  # the rotated ellipse's own extent (+1 px): a long limb's square
             # box is mostly empty; pixels outside this one fail the test by far
             hx = math.hypot(p[2] * p[4], p[3] * p[5]) + 1.0
@@ -164,7 +166,10 @@ def paint(canvas: np.ndarray, kind: np.ndarray, params: np.ndarray, colors: np.n
     params = np.ascontiguousarray(params, np.float64)
     colors = np.ascontiguousarray(colors, np.uint8)
     if enabled() if jit is None else jit:
-        _paint_jit(canvas, kind, params, colors)
-    else:
-        _paint_numpy(canvas, kind, params, colors)
+        try:
+            _paint_jit(canvas, kind, params, colors)
+            return canvas
+        except KERNEL_ERRORS as e:
+            disable(e)
+    _paint_numpy(canvas, kind, params, colors)
     return canvas

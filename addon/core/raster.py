@@ -347,7 +347,10 @@ def rasterize(verts_cam: np.ndarray, tris: np.ndarray, cam: Camera) -> Fragments
     if jit.enabled():  # the compiled twin: same arrays, several times faster
         from . import raster_jit
 
-        return Fragments(*raster_jit.rasterize(verts_cam, tris, cam))
+        try:
+            return Fragments(*raster_jit.rasterize(verts_cam, tris, cam))
+        except jit.KERNEL_ERRORS as e:
+            jit.disable(e)
     h, w = int(cam.height), int(cam.width)
     tris = np.asarray(tris, np.int64).reshape(-1, 3)
     depth_img = np.full(h * w, np.inf, np.float32)
