@@ -1,131 +1,876 @@
-"""GPU benchmark: full-size SD1.5 + 3 ControlNets, torch fp16 vs ORT CUDA EP vs ORT TensorRT EP.
+"""GPU benchmark: full-size SD1.5 + 3 ControlNets on every engine this machine can run.
 
-For a CUDA machine (``python -m painted_skin.bench.gpu``); imports and
-``--help`` anywhere. Builds SD1.5 + 3 ControlNet-v1.1-shaped models from
+For a CUDA machine (``python -m painted_skin.bench.gpu``); ``--smoke`` runs the
+same code path on this CPU in seconds (tiny widths, fp32, 64², CPU EP), and
+``--help`` works anywhere. Builds SD1.5 + 3 ControlNet-v1.1-shaped models from
 configs (random weights, nothing downloaded), then times, at 512², 4 LCM steps,
-batch 1, one frame = text encoder + 4 × (UNet + 3 ControlNets) + VAE decode:
+batch 1, one frame = text encoder + 4 × (3 ControlNets + UNet) + VAE decode:
 
-- ``torch``: eager fp16 on CUDA;
-- ``ort-cuda``: the fp16 ONNX export on the CUDA EP (IO binding, CUDA graph);
+- ``torch``: diffusers' eager pipeline, fp16 on CUDA (cuDNN benchmark on): the
+  baseline of the speedup column;
+- ``torch-cudagraph``: the same eager kernels, each denoising step (3
+  ControlNets + UNet, the ControlNet scales as tensors) captured once as one
+  CUDA graph and replayed: no kernel-launch overhead, no compiler;
+- ``torch-cudagraph-cl``: the same with the UNet, ControlNets and VAE weights in
+  channels_last (NHWC: cuDNN's native fp16 layout on tensor cores);
+- ``torch-compile``: ``torch.compile`` (inductor, ``--compile-mode``) of the
+  UNet and the ControlNets, the step then captured as a CUDA graph as above
+  (unless the mode makes its own graphs, or ``torch-cudagraph`` failed here);
+- ``ort-cuda``: the fp16 ONNX export on onnxruntime's CUDA EP (IO binding,
+  CUDA graph);
 - ``ort-trt``: the same export on the TensorRT EP (fp16, engine + timing cache
-  in the export folder, so a second run skips the build).
+  in the export folder, so a second run skips the build);
+- ``ort-cpu`` (not in the GPU default; ``--smoke``'s): the fp32 export on the
+  CPU EP;
+- ``onnx-export`` (on request): only the fp16 export for TensorRT (plain
+  attention), timed, with its size: that the full-size export works where no
+  GPU provider is offered.
 
-Prints a table (ms/frame, speedup over torch, the providers each graph really
-ran on). An engine whose provider onnxruntime does not offer is skipped with a
-line saying so; so is the rest once ``--budget`` seconds are spent (default
-540: under 10 minutes with the export and the TensorRT build). Exit status 1
-only on a real error (an exception while timing an offered engine).
+Each engine's first timed frame is compared with the ``torch`` engine's (same
+seed, uint8 image max/mean |Δ|) and its final latents checked for NaN/inf, so a
+fast engine that computes something else shows. Per engine: ms/frame (median),
+speedup over ``torch``, notes (providers, one step's ms, peak memory). The
+``torch`` engine also prints where a frame's time goes (text encoder, one step,
+VAE decode). An engine that cannot run here (onnxruntime offers no such
+provider: the lent H200's image has the CPU build of onnxruntime) is skipped
+with a line saying why; so is the rest once ``--budget`` seconds are spent, or
+on SIGINT/SIGTERM (the table of what ran is still printed). Last line: one-line
+summary. ``--json PATH`` also writes the rows and versions. Exit status 1 only
+on a real error (an exception while timing an engine that could run).
 Target (issue 5): <= 50 ms/frame with TensorRT on an H200.
+``bench/gpu_device.sh`` prepares and runs this on the lent H200.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import platform
+import re
+import signal
 import sys
 import time
 import traceback
+import zipfile
+from dataclasses import dataclass, field
 from typing import Any
 
-ENGINES = ("torch", "ort-cuda", "ort-trt")
-PROVIDER = {"ort-cuda": "CUDAExecutionProvider", "ort-trt": "TensorrtExecutionProvider"}
+import numpy as np
+
+ENGINES = ("torch", "torch-cudagraph", "torch-cudagraph-cl", "torch-compile", "ort-cuda",
+           "ort-trt", "ort-cpu", "onnx-export")
+GPU_ENGINES = ENGINES[:6]
+SMOKE_ENGINES = ("torch", "torch-cudagraph", "torch-cudagraph-cl", "ort-cpu", "ort-cuda",
+                 "ort-trt")
+PROVIDER = {"ort-cuda": "CUDAExecutionProvider", "ort-trt": "TensorrtExecutionProvider",
+            "ort-cpu": "CPUExecutionProvider"}
+SD15_WIDTHS = dict(block_out_channels=(320, 640, 1280, 1280), vae_channels=(128, 256, 512, 512),
+                   text_layers=12)
+SMOKE_WIDTHS = dict(block_out_channels=(32, 32, 64, 64), vae_channels=(32, 32, 32, 32),
+                    text_layers=1)
+TARGET_MS = 50.0
+PROMPT = "a painted knight"
 
 
-def _time(pipe: Any, shot: list[dict], size: int, steps: int, frames: int) -> float:
+@dataclass
+class Row:
+    """One engine's result (``ms`` None: skipped or failed, ``status`` says which)."""
+
+    name: str
+    status: str = "ok"  # "ok" | "skipped" | "error"
+    ms: float | None = None
+    notes: str = ""
+    image: Any = None  # first timed frame (uint8), compared with torch's
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------ the step engines
+
+
+class StepRunner:
+    """One denoising step: the ControlNets then the UNet, summed in the order of
+    diffusers' ``MultiControlNetModel`` (so the image equals the ``torch``
+    engine's), each net's conditioning scale a 0-d tensor (no Python float
+    baked into a graph). ``graph``: on CUDA, the step is captured as one CUDA
+    graph the first time a set of input shapes comes (after ``warmup`` eager
+    runs on a side stream: cuDNN's search, compilation), then replayed on
+    static input buffers; elsewhere (the CPU smoke run) it runs eagerly.
+    SD 1.5 as built here: no ``timestep_cond``, added conditions or IP-Adapter."""
+
+    def __init__(self, unet: Any, nets: list[Any], graph: bool = False, warmup: int = 2,
+                 mark_step: bool = False) -> None:
+        self.unet, self.nets = unet, list(nets)
+        self.graph, self.warmup, self.mark_step = graph, warmup, mark_step
+        self.pending: tuple[list[Any], list[float]] = ([], [])
+        self.captured: dict[tuple, tuple[Any, list[Any], Any]] = {}
+        self.capture_s = 0.0
+
+    def eager(self, sample: Any, t: Any, ehs: Any, conds: list[Any], scales: Any) -> Any:
+        down = mid = None
+        for i, net in enumerate(self.nets):
+            d, m = net(sample, t, encoder_hidden_states=ehs, controlnet_cond=conds[i],
+                       conditioning_scale=scales[i], return_dict=False)
+            if down is None:
+                down, mid = list(d), m
+            else:
+                down = [a + b for a, b in zip(down, d, strict=True)]
+                mid = mid + m
+        return self.unet(sample, t, encoder_hidden_states=ehs,
+                         down_block_additional_residuals=down,
+                         mid_block_additional_residual=mid, return_dict=False)[0]
+
+    def __call__(self, sample: Any, t: Any, ehs: Any, conds: list[Any],
+                 scales: list[float] | Any) -> Any:
+        import torch
+
+        dev = sample.device
+        sc = torch.as_tensor([float(s) for s in scales], dtype=sample.dtype).to(dev)
+        tt = torch.as_tensor(t).to(dev)
+        if not (self.graph and dev.type == "cuda"):
+            if self.mark_step:  # inductor's own CUDA graphs: a new step (as diffusers does)
+                torch.compiler.cudagraph_mark_step_begin()
+            return self.eager(sample, tt, ehs, list(conds), sc)
+        args = [sample, tt, ehs, *conds, sc]
+        key = tuple((tuple(a.shape), a.dtype) for a in args)
+        if key not in self.captured:
+            self.captured[key] = self._capture(args)
+        graph, static, out = self.captured[key]
+        for s, a in zip(static, args, strict=True):
+            s.copy_(a)
+        graph.replay()
+        return out.clone()  # the next replay overwrites ``out``
+
+    def _capture(self, args: list[Any]) -> tuple[Any, list[Any], Any]:
+        import torch
+
+        t0 = time.perf_counter()
+        static = [a.clone() for a in args]
+        n = len(self.nets)
+
+        def step() -> Any:
+            return self.eager(static[0], static[1], static[2], static[3:3 + n], static[3 + n])
+
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(self.warmup):
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = step()
+        torch.cuda.synchronize()
+        self.capture_s += time.perf_counter() - t0
+        return graph, static, out
+
+
+def attach_step(pipe: Any, runner: StepRunner) -> Any:
+    """Put ``runner`` into ``pipe`` (a ``RestylePipeline``): its diffusers
+    pipelines' ControlNet becomes a weightless shim that records the control
+    images and scales of the step, their UNet a shim that runs ``runner`` (the
+    pattern of the onnx engine's shims). Returns ``pipe``."""
+    import torch
+    from diffusers.models.controlnets.multicontrolnet import MultiControlNetModel
+
+    dev, dtype = torch.device(pipe.device), pipe.dtype
+
+    class NetStub(torch.nn.Module):
+        def __init__(self, config: Any) -> None:
+            super().__init__()
+            self.config = config
+
+    class ControlNetShim(MultiControlNetModel):
+        def __init__(self, original: Any) -> None:
+            super().__init__([NetStub(n.config) for n in original.nets])
+
+        @property
+        def dtype(self) -> Any:
+            return dtype
+
+        @property
+        def device(self) -> Any:
+            return dev
+
+        def forward(self, sample: Any, timestep: Any, encoder_hidden_states: Any,
+                    controlnet_cond: list[Any], conditioning_scale: list[float],
+                    *args: Any, **kw: Any) -> tuple[None, None]:
+            runner.pending = (controlnet_cond, conditioning_scale)
+            return None, None
+
+    class UNetShim(torch.nn.Module):
+        def __init__(self, original: Any) -> None:
+            super().__init__()
+            self.config = original.config
+
+        @property
+        def dtype(self) -> Any:
+            return dtype
+
+        @property
+        def device(self) -> Any:
+            return dev
+
+        def forward(self, sample: Any, timestep: Any, encoder_hidden_states: Any = None,
+                    *args: Any, **kw: Any) -> tuple[Any]:
+            if kw.get("timestep_cond") is not None or kw.get("added_cond_kwargs"):
+                raise NotImplementedError("the step runner takes plain SD 1.5 UNets only")
+            conds, scales = runner.pending
+            return (runner(sample, timestep, encoder_hidden_states, conds, scales),)
+
+    p = pipe.txt2img
+    shims = {"unet": UNetShim(p.unet), "controlnet": ControlNetShim(p.controlnet)}
+    for dp in (pipe.txt2img, pipe.img2img):
+        dp.__dict__.update(shims)  # plain attributes: the pipeline config stays as is
+    return pipe
+
+
+# ------------------------------------------------------------------ timing
+
+
+def _sync(dev: str) -> None:
+    if dev.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def _time(pipe: Any, shot: list[dict], size: int, steps: int, frames: int, warmup: int,
+          dev: str) -> tuple[float, Any, bool]:
+    """(median ms/frame, the first timed frame's image, its final latents all finite)."""
     import torch
 
     opts = {"scheduler": "lcm", "steps": steps}
-    for f in range(2):  # warm-up: TensorRT build, CUDA graph capture, cuDNN search
-        pipe.run(shot[0], prompt="a painted knight", seed=f, width=size, height=size,
-                 options=opts)
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
+    for f in range(warmup):  # TensorRT build, CUDA graph capture, compilation, cuDNN search
+        pipe.run(shot[0], prompt=PROMPT, seed=f, width=size, height=size, options=opts)
+    times, first, finite = [], None, True
     for f in range(frames):
-        pipe.run(shot[f % len(shot)], prompt="a painted knight", seed=f, width=size,
-                 height=size, options=opts)
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) * 1000.0 / frames
+        state: dict[str, Any] = {}
+        _sync(dev)
+        t0 = time.perf_counter()
+        res = pipe.run(shot[f % len(shot)], prompt=PROMPT, seed=f, width=size, height=size,
+                       options=opts, state=state)
+        _sync(dev)
+        times.append((time.perf_counter() - t0) * 1000.0)
+        lat = state.get("latents")
+        if f == 0:
+            first = res.image
+            finite = lat is None or bool(torch.isfinite(lat).all())
+    return float(np.median(times)), first, finite
+
+
+def _bench(fn: Any, dev: str, reps: int = 10) -> float:
+    """Median ms of ``fn()`` (two untimed calls first)."""
+    for _ in range(2):
+        fn()
+    ts = []
+    for _ in range(reps):
+        _sync(dev)
+        t0 = time.perf_counter()
+        fn()
+        _sync(dev)
+        ts.append((time.perf_counter() - t0) * 1000.0)
+    return float(np.median(ts))
+
+
+def _step_inputs(comps: Any, dev: str, dtype: Any, size: int) -> tuple[list[Any], Any]:
+    """Random inputs of one step (sample, t, hidden states, control images, scales)
+    and the token ids of the prompt."""
+    import torch
+
+    tok = comps.tokenizer(PROMPT, padding="max_length", truncation=True,
+                          max_length=comps.tokenizer.model_max_length,
+                          return_tensors="pt").input_ids.to(dev)
+    f = 2 ** (len(comps.vae.config.block_out_channels) - 1)
+    g = torch.Generator().manual_seed(0)
+    lat = torch.randn(1, comps.unet.config.in_channels, size // f, size // f,
+                      generator=g).to(dev, dtype)
+    ehs = comps.text_encoder(tok)[0]
+    conds = [torch.rand(1, 3, size, size, generator=g).to(dev, dtype)
+             for _ in comps.controlnets]
+    return [lat, torch.tensor(500, device=dev), ehs, conds, [0.8, 0.5, 1.0][:len(conds)]], tok
+
+
+def _parts(comps: Any, runner: StepRunner, dev: str, dtype: Any, size: int,
+           whole: bool) -> dict[str, float]:
+    """ms of one step through ``runner``; with ``whole`` also of the text
+    encoder and the VAE decode (eager)."""
+    import torch
+
+    out: dict[str, float] = {}
+    with torch.inference_mode():  # as in the pipeline: no recompilation for other tensors
+        args, tok = _step_inputs(comps, dev, dtype, size)
+        out["step"] = _bench(lambda: runner(*args), dev)
+        if whole:
+            out["text"] = _bench(lambda: comps.text_encoder(tok), dev)
+            z = args[0] / comps.vae.config.scaling_factor
+            out["vae"] = _bench(lambda: comps.vae.decode(z, return_dict=False), dev)
+    return out
+
+
+def _providers(used: dict[str, list[str]]) -> str:
+    """The provider each graph runs on, compactly."""
+    first = {g: v[0].replace("ExecutionProvider", "") for g, v in used.items()}
+    if len(set(first.values())) == 1:
+        return f"ORT {next(iter(first.values()))} ({len(first)} graphs)"
+    return "; ".join(f"{g}: {p}" for g, p in first.items())
+
+
+def _diff(img: Any, ref: Any) -> str:
+    if img is None or ref is None:
+        return ""
+    if img.shape != ref.shape:
+        return "image shape differs from torch's"
+    d = np.abs(img.astype(np.int16) - ref.astype(np.int16))
+    return f"|Δ| vs torch max {int(d.max())} mean {float(d.mean()):.2f}"
+
+
+# ------------------------------------------------------------------ environment
+
+
+def versions() -> dict[str, str]:
+    """Python, the packages on the path, the GPU (when torch sees one)."""
+    from importlib import metadata
+
+    v = {"python": platform.python_version()}
+    for pkg in ("torch", "diffusers", "transformers", "onnxruntime", "onnxruntime-gpu", "onnx",
+                "triton", "numpy"):
+        try:
+            v[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    try:
+        import torch
+
+        v["cuda"] = str(torch.version.cuda)
+        if torch.cuda.is_available():
+            p = torch.cuda.get_device_properties(0)
+            v["gpu"] = torch.cuda.get_device_name(0)
+            v["gpu_detail"] = (f"sm_{p.major}{p.minor}, {p.multi_processor_count} SMs, "
+                               f"{p.total_memory / 2**30:.0f} GiB")
+            v["cudnn"] = str(torch.backends.cudnn.version())
+    except ImportError:  # pragma: no cover - torch is a dependency of the bench
+        pass
+    return v
+
+
+class _Stop(Exception):
+    """SIGTERM: stop timing, print what ran."""
+
+
+def _on_term(signum: int, frame: Any) -> None:
+    raise _Stop(f"signal {signum}")
+
+
+# ------------------------------------------------------------------ main
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--size", type=int, default=512)
-    p.add_argument("--steps", type=int, default=4)
-    p.add_argument("--frames", type=int, default=10, help="timed frames per engine")
-    p.add_argument("--engines", default=",".join(ENGINES), help="comma list of " +
-                   ", ".join(ENGINES))
+    p.add_argument("--smoke", action="store_true",
+                   help="CPU, fp32, tiny widths, 64², 2 steps, 1 frame: the same code path in "
+                        "seconds (engines " + ",".join(SMOKE_ENGINES) + ")")
+    p.add_argument("--size", type=int, default=None, help="frame side (default 512; smoke 64)")
+    p.add_argument("--steps", type=int, default=None, help="LCM steps (default 4; smoke 2)")
+    p.add_argument("--frames", type=int, default=None,
+                   help="timed frames per engine (default 10; smoke 1)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="untimed frames per engine first (default 2; smoke 1)")
+    p.add_argument("--engines", default=None, help="comma list of " + ", ".join(ENGINES) +
+                   " (default " + ",".join(GPU_ENGINES) + ")")
+    p.add_argument("--compile-mode", default="default",
+                   help="torch.compile mode of torch-compile: default, max-autotune-no-cudagraphs,"
+                        " reduce-overhead, max-autotune (the last two: inductor's own CUDA "
+                        "graphs instead of the step capture)")
+    p.add_argument("--model", choices=("sd15", "tiny"), default=None,
+                   help="sd15: the real SD1.5 + ControlNet widths (default); tiny: the smoke "
+                        "run's (default with --smoke)")
     p.add_argument("--cache", default="/tmp/painted_skin_onnx", help="export + engine cache")
     p.add_argument("--dynamo", action="store_true",
                    help="export with dynamo (slower to export; default TorchScript)")
-    p.add_argument("--budget", type=float, default=540.0, help="seconds before skipping")
+    p.add_argument("--budget", type=float, default=540.0,
+                   help="seconds after which the engines not yet started are skipped")
+    p.add_argument("--json", default=None, help="also write the results here")
     args = p.parse_args(argv)
+    smoke = args.smoke
+    size = args.size or (64 if smoke else 512)
+    steps = args.steps or (2 if smoke else 4)
+    frames = args.frames or (1 if smoke else 10)
+    warmup = args.warmup if args.warmup is not None else (1 if smoke else 2)
+    names = [e.strip() for e in (args.engines or ",".join(SMOKE_ENGINES if smoke
+                                                          else GPU_ENGINES)).split(",")
+             if e.strip()]
+    unknown = [n for n in names if n not in ENGINES]
+    if unknown:
+        print(f"unknown engine(s) {', '.join(unknown)} (known: {', '.join(ENGINES)})")
+        return 2
 
     import torch
+    from diffusers.utils import logging as diffusers_logging
 
-    if not torch.cuda.is_available():
-        print("no CUDA device: nothing to time (this script is for a GPU machine)")
+    diffusers_logging.set_verbosity_error()  # "modules ... kept in float32" on .to(fp16)
+    vers = versions()
+    if not smoke and not torch.cuda.is_available():
+        print("no CUDA device: nothing to time (this script is for a GPU machine; --smoke runs "
+              "the same code path on the CPU)")
         return 0
     import onnxruntime as ort
 
+    # all of the chain first: an import error shows before the model is built
+    from ..backend.diffusion import controlnet_pipeline, onnx_engine  # noqa: F401
     from ..backend.diffusion import temporal as T
-    from ..backend.diffusion.controlnet_pipeline import RestylePipeline
-    from ..backend.diffusion.onnx_engine import OnnxRestylePipeline
     from .diffusion import sd15_components
 
     t_start = time.perf_counter()
+    old_term = None
+    try:
+        old_term = signal.signal(signal.SIGTERM, _on_term)
+    except ValueError:  # not the main thread
+        pass
+    dev = "cpu" if smoke else "cuda"
+    dtype = torch.float32 if smoke else torch.float16
     have = ort.get_available_providers()
-    print(f"GPU: {torch.cuda.get_device_name(0)}; torch {torch.__version__}, "
-          f"onnxruntime {ort.__version__}, providers offered: {have}")
-    comps = sd15_components((320, 640, 1280, 1280), (128, 256, 512, 512), text_layers=12)
-    for m in (comps.unet, comps.vae, comps.text_encoder, *comps.controlnets.values()):
-        m.to("cuda", torch.float16)
-    shot = T.synthetic_shot(4, args.size, args.size, speed=args.size / 64)
-    print(f"built SD1.5 + 3 ControlNets (fp16, random) in {time.perf_counter() - t_start:.0f} s")
-    rows: list[tuple[str, float, str]] = []
-    failed = False
-    for name in [e.strip() for e in args.engines.split(",") if e.strip()]:
-        if name not in ENGINES:
-            print(f"unknown engine {name!r} (known: {', '.join(ENGINES)})")
-            return 2
+    print(f"GPU: {vers.get('gpu', 'none (CPU smoke run)')} {vers.get('gpu_detail', '')}".rstrip())
+    print("versions: " + ", ".join(f"{k} {v}" for k, v in vers.items()
+                                   if k not in ("gpu", "gpu_detail")))
+    print(f"onnxruntime providers offered: {', '.join(have)}")
+    if dev == "cuda":
+        torch.backends.cudnn.benchmark = True
+    model = args.model or ("tiny" if smoke else "sd15")
+    widths = SMOKE_WIDTHS if model == "tiny" else SD15_WIDTHS
+    comps = _build(sd15_components, widths, dev, dtype)
+    n_unet = sum(q.numel() for q in comps.unet.parameters()) / 1e6
+    n_cn = sum(q.numel() for c in comps.controlnets.values() for q in c.parameters()) / 1e6
+    shot = T.synthetic_shot(4, size, size, speed=size / 64)
+    print(f"built {'SD1.5' if model == 'sd15' else 'tiny SD1.5-shaped'} UNet {n_unet:.0f}M + "
+          f"{len(comps.controlnets)} ControlNets {n_cn:.0f}M params ({str(dtype)[6:]}, random, "
+          f"on {dev}) in {time.perf_counter() - t_start:.0f} s; {size}x{size}, LCM {steps} "
+          f"steps, batch 1, {warmup} warm-up + {frames} timed frames per engine")
+    nets = list(comps.controlnets.values())
+    rows: list[Row] = []
+    cudagraph_failed = False
+    stopped = ""
+    for name in names:
+        if stopped:
+            rows.append(Row(name, "skipped", notes=f"skipped: {stopped}"))
+            continue
         if name in PROVIDER and PROVIDER[name] not in have:
-            print(f"skip {name}: onnxruntime offers no {PROVIDER[name]} "
-                  f"(install onnxruntime-gpu{' with TensorRT libs' if name == 'ort-trt' else ''})")
+            why = (f"onnxruntime {ort.__version__} offers no {PROVIDER[name]} (it needs "
+                   f"onnxruntime-gpu{' with the TensorRT libraries' if name == 'ort-trt' else ''})")
+            print(f"skip {name}: {why}")
+            rows.append(Row(name, "skipped", notes=f"skipped: {why}"))
             continue
         if time.perf_counter() - t_start > args.budget:
-            print(f"skip {name}: the {args.budget:.0f} s budget is spent")
+            why = f"the {args.budget:.0f} s budget is spent"
+            print(f"skip {name}: {why}")
+            rows.append(Row(name, "skipped", notes=f"skipped: {why}"))
             continue
         t0 = time.perf_counter()
+        if dev == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        runner: StepRunner | None = None
         try:
-            if name == "torch":
-                pipe: Any = RestylePipeline(comps, "cuda", torch.float16)
-                used = "torch cuda fp16"
-            else:
-                pipe = OnnxRestylePipeline(
-                    comps, "cuda", torch.float16, cache_dir=args.cache, precision="fp16",
-                    providers="cuda" if name == "ort-cuda" else "tensorrt",
-                    dynamo=True if args.dynamo else False)
-                pipe.onnx.prepare(args.size, args.size)
-                print(f"{name}: export/cache + sessions {time.perf_counter() - t0:.0f} s "
-                      f"({pipe.onnx.engine.folder})")
-                used = "; ".join(f"{g}: {v[0].replace('ExecutionProvider', '')}"
-                                 for g, v in pipe.providers.items())
-            ms = _time(pipe, shot, args.size, args.steps, args.frames)
-            rows.append((name, ms, used))
+            if name == "onnx-export":
+                rows.append(_export_only(comps, dev, args, size))
+                continue
+            pipe, runner, notes = _engine(name, comps, dev, dtype, args, size, cudagraph_failed)
+            ms, image, finite = _time(pipe, shot, size, steps, frames, warmup, dev)
+            row = Row(name, ms=ms, image=image)
+            if runner is not None and runner.capture_s:
+                notes.append(f"first step {runner.capture_s:.0f} s (warm-up"
+                             + (", compile" if name == "torch-compile" else "") + ", capture)")
+            if name == "torch" or runner is not None:
+                parts = _parts(comps, runner or StepRunner(comps.unet, nets), dev, dtype, size,
+                               whole=name == "torch")
+                row.extra["parts_ms"] = parts
+                notes.append(f"step {parts['step']:.1f} ms")
+                if name == "torch":
+                    known = steps * parts["step"] + parts["text"] + parts["vae"]
+                    print(f"torch: one frame's parts: text encoder {parts['text']:.1f} ms, "
+                          f"{steps} x step (3 ControlNets + UNet) {parts['step']:.1f} ms, "
+                          f"VAE decode {parts['vae']:.1f} ms = {known:.1f} of {ms:.1f} ms "
+                          f"(the rest: scheduler, control images, pre/post-processing)")
+            if not finite:
+                notes.append("NaN/inf in the latents!")
+            if dev == "cuda":
+                notes.append(f"peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
+            row.notes = ", ".join(notes)
+            rows.append(row)
             print(f"{name}: {ms:.1f} ms/frame (setup + warm-up + timing "
                   f"{time.perf_counter() - t0:.0f} s)")
-            del pipe
-            torch.cuda.empty_cache()
-        except Exception:
-            failed = True
+        except (KeyboardInterrupt, _Stop) as e:
+            why = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            stopped = f"interrupted ({why}) during {name}"
+            print(f"{name}: {stopped}")
+            rows.append(Row(name, "skipped", notes=f"skipped: {stopped}"))
+        except Exception as e:  # noqa: BLE001 - report, go on with the next engine
             print(f"{name}: ERROR")
             traceback.print_exc()
-    base = next((ms for n, ms, _ in rows if n == "torch"), None)
-    print(f"\nSD1.5 + 3 ControlNets, {args.size}x{args.size}, LCM {args.steps} steps, batch 1")
-    print(f"{'engine':10} {'ms/frame':>10} {'speedup':>8}  providers")
-    for n, ms, used in rows:
-        sp = f"{base / ms:.2f}x" if base else "-"
-        print(f"{n:10} {ms:10.1f} {sp:>8}  {used}")
-    print(f"total {time.perf_counter() - t_start:.0f} s")
-    return 1 if failed else 0
+            rows.append(Row(name, "error", notes=f"ERROR {type(e).__name__}: {str(e)[:160]}"))
+            if name == "torch-cudagraph":
+                cudagraph_failed = True
+        finally:
+            runner = pipe = None
+            if name == "torch-compile":
+                torch._dynamo.reset()
+            if name == "torch-cudagraph-cl":
+                _memory_format(comps, torch.contiguous_format)
+            if dev == "cuda":
+                torch.cuda.empty_cache()
+    if old_term is not None:
+        signal.signal(signal.SIGTERM, old_term)
+    summary = _report(rows, vers, size, steps, model, time.perf_counter() - t_start)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"versions": vers, "providers": have, "size": size, "steps": steps,
+                       "frames": frames, "smoke": smoke, "summary": summary,
+                       "rows": [{k: v for k, v in r.__dict__.items() if k != "image"}
+                                for r in rows]}, fh, indent=1)
+    return 1 if any(r.status == "error" for r in rows) else 0
+
+
+def _engine(name: str, comps: Any, dev: str, dtype: Any, args: Any, size: int,
+            cudagraph_failed: bool) -> tuple[Any, StepRunner | None, list[str]]:
+    """(pipeline, its step runner or None, notes) of engine ``name``."""
+    import torch
+
+    from ..backend.diffusion.controlnet_pipeline import RestylePipeline
+    from ..backend.diffusion.onnx_engine import OnnxRestylePipeline
+
+    nets = list(comps.controlnets.values())
+    if name == "torch":
+        return RestylePipeline(comps, dev, dtype), None, [f"diffusers eager {dev} "
+                                                          f"{str(dtype)[6:]}"]
+    if name.startswith("torch-"):
+        notes: list[str] = []
+        unet, cnets, graph, own = comps.unet, nets, dev == "cuda", False
+        if name == "torch-cudagraph-cl":
+            _memory_format(comps, torch.channels_last)
+            notes.append("channels_last weights")
+        if name == "torch-compile":
+            import torch._inductor.config as inductor_config
+
+            inductor_config.conv_1x1_as_mm = True
+            mode = None if args.compile_mode == "default" else args.compile_mode
+            unet = torch.compile(comps.unet, mode=mode, dynamic=False)
+            cnets = [torch.compile(n, mode=mode, dynamic=False) for n in nets]
+            own = mode in ("reduce-overhead", "max-autotune")
+            graph = graph and not own and not cudagraph_failed
+            notes.append(f"inductor {args.compile_mode}" + (" (its own CUDA graphs)" if own
+                                                            else ""))
+        runner = StepRunner(unet, cnets, graph=graph, mark_step=own)
+        pipe = attach_step(RestylePipeline(comps, dev, dtype), runner)
+        if graph:
+            notes.append("step = one CUDA graph")
+        elif not own:
+            notes.append("step eager" + (" (no CUDA: capture skipped)" if dev != "cuda" else
+                                         " (torch-cudagraph failed)"))
+        return pipe, runner, notes
+    prec = "fp16" if dtype == torch.float16 else "fp32"
+    t0 = time.perf_counter()
+    pipe = OnnxRestylePipeline(
+        comps, dev, dtype, cache_dir=args.cache, precision=prec,
+        providers={"ort-cuda": "cuda", "ort-trt": "tensorrt"}.get(name, "cpu"),
+        dynamo=True if args.dynamo else False)
+    pipe.onnx.prepare(size, size)
+    print(f"{name}: {prec} export/cache + sessions {time.perf_counter() - t0:.0f} s "
+          f"({pipe.onnx.engine.folder})")
+    return pipe, None, [_providers(pipe.providers)]
+
+
+def _export_only(comps: Any, dev: str, args: Any, size: int) -> Row:
+    """The ONNX export the TensorRT EP would take (fp16 on CUDA, fp32 elsewhere;
+    plain attention), timed; no session is opened."""
+    from pathlib import Path
+
+    from ..backend.diffusion.export import ExportSpec, export_components
+
+    t0 = time.perf_counter()
+    spec = ExportSpec(size, size, 1, "fp16" if dev == "cuda" else "fp32", attention="onnx")
+    folder = export_components(comps, spec, args.cache, dynamo=True if args.dynamo else False)
+    s = time.perf_counter() - t0
+    mb = sum(f.stat().st_size for f in Path(folder).rglob("*") if f.is_file()) / 2**20
+    manifest = json.loads((Path(folder) / "manifest.json").read_text())
+    print(f"onnx-export: {spec.precision} export (or cache hit) {s:.0f} s, {mb:.0f} MiB in "
+          f"{folder}")
+    return Row("onnx-export", notes=f"export only ({spec.precision}, attention onnx): "
+               f"{manifest.get('export_s', s):.0f} s, {mb:.0f} MiB, "
+               f"exporter {manifest['exporter'].get('unet_controlnets')}")
+
+
+def _memory_format(comps: Any, fmt: Any) -> None:
+    """The 4-d weights of the UNet, ControlNets and VAE in ``fmt`` (in place)."""
+    for m in (comps.unet, comps.vae, *comps.controlnets.values()):
+        m.to(memory_format=fmt)
+
+
+def _build(make: Any, widths: dict[str, Any], dev: str, dtype: Any) -> Any:
+    """The components, built straight on the GPU there (random init on the CPU of
+    ~2.2 G parameters takes a while), on the CPU if that fails."""
+    import torch
+
+    if dev == "cuda":
+        try:
+            with torch.device("cuda"):
+                comps = make(**widths)
+        except Exception as e:  # noqa: BLE001 - fall back to the CPU build
+            print(f"building on the GPU failed ({type(e).__name__}: {e}); building on the CPU")
+            comps = make(**widths)
+    else:
+        comps = make(**widths)
+    for m in (comps.unet, comps.vae, comps.text_encoder, *comps.controlnets.values()):
+        m.to(dev, dtype)
+    return comps
+
+
+def _report(rows: list[Row], vers: dict[str, str], size: int, steps: int, model: str,
+            total_s: float) -> str:
+    """Print the table and the summary line; returns the summary."""
+    base = next((r for r in rows if r.name == "torch" and r.ms), None)
+    for r in rows:
+        if r.ms is not None and base is not None and r is not base:
+            d = _diff(r.image, base.image)
+            if d:
+                r.notes = f"{r.notes}, {d}" if r.notes else d
+    what = "tiny SD1.5-shaped" if model == "tiny" else "SD1.5"
+    print(f"\n{what} + 3 ControlNets, {size}x{size}, LCM {steps} steps, batch 1, "
+          f"{vers.get('gpu', 'CPU')}")
+    print(f"{'engine':18} {'ms/frame':>9} {'speedup':>8}  providers / notes")
+    for r in rows:
+        ms = f"{r.ms:9.1f}" if r.ms is not None else f"{'-':>9}"
+        sp = f"{base.ms / r.ms:.2f}x" if (base and r.ms) else "-"
+        print(f"{r.name:18} {ms} {sp:>8}  {r.notes}")
+    print(f"total {total_s:.0f} s")
+    ok = [r for r in rows if r.ms is not None]
+    best = min(ok, key=lambda r: r.ms) if ok else None
+    trt = next((r for r in rows if r.name == "ort-trt"), None)
+    parts = [f"gpu bench: {vers.get('gpu', 'CPU smoke')}"]
+    parts.append(f"torch eager {base.ms:.1f} ms/frame" if base else "torch eager -")
+    if best is not None:
+        sp = f" ({base.ms / best.ms:.2f}x)" if base else ""
+        parts.append(f"best {best.name} {best.ms:.1f} ms/frame{sp}")
+    if trt is None or trt.ms is None:
+        parts.append(f"ort-trt not measured ({trt.status if trt else 'not asked'})")
+    else:
+        parts.append(f"ort-trt {trt.ms:.1f} ms/frame: target <= {TARGET_MS:.0f} "
+                     + ("met" if trt.ms <= TARGET_MS else "missed"))
+    if best is not None and model == "sd15" and size == 512:
+        parts.append(f"best <= {TARGET_MS:.0f} ms: {'yes' if best.ms <= TARGET_MS else 'no'}")
+    errors = [r.name for r in rows if r.status == "error"]
+    parts.append(f"errors: {', '.join(errors) if errors else 'none'}")
+    summary = "; ".join(parts)
+    print(summary)
+    return summary
+
+
+# ------------------------------------------------------------------ wheels for the lent H200
+# ``bench/gpu_device.sh prepare`` calls :func:`wheels_main`: which wheels must travel
+# (``.whl/``, cp312 manylinux) for this bench to import and run on the device's image.
+
+KINDS_MD = "/work/.library/device/KINDS.md"
+# What the device's image holds that this bench's chain touches (KINDS.md, 2026-11),
+# name -> version (None: there, version not recorded): used when KINDS.md is absent.
+DEVICE_FALLBACK: dict[str, str | None] = {
+    "torch": "2.11.0", "transformers": "5.17.0", "onnx": "1.23.1", "onnxruntime": "1.30.0",
+    "huggingface-hub": "1.33.0", "safetensors": "0.8.0", "numpy": "2.5.2",
+    "tokenizers": "0.23.2", "triton": "3.6.0", "accelerate": "1.15.0", "onnxscript": "0.7.2",
+    "onnx-ir": "1.0.0", "sentencepiece": "0.2.2", **dict.fromkeys(
+        ("peft", "filelock", "regex", "requests", "pillow", "zipp", "packaging", "pyyaml",
+         "tqdm", "typing-extensions", "jinja2", "markupsafe", "networkx", "sympy", "fsspec",
+         "protobuf", "psutil", "ml-dtypes", "hf-xet", "certifi", "idna", "urllib3",
+         "charset-normalizer", "httpx", "typer", "shellingham", "rich", "setuptools"))}
+BENCH_TOP = ("diffusers",)  # what the bench imports that the device lacks
+# Declared requirements that are never imported on the device's Python 3.12: not carried.
+NOT_IMPORTED = {"importlib-metadata": "diffusers imports it only on Python < 3.8 "
+                                      "(utils/import_utils.py); importlib.metadata otherwise"}
+BLOCKED = ("zmq", "bpy", "mathutils", "gpu", "bgl", "blf")  # never needed by the bench
+
+
+def norm(name: str) -> str:
+    """A distribution name normalised (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def device_packages(text: str | None) -> dict[str, str | None]:
+    """name -> version (None: there, version unknown) of the H200 image's Python
+    packages, read from KINDS.md's text (its package list and pip-list row);
+    :data:`DEVICE_FALLBACK` without it."""
+    if not text:
+        return dict(DEVICE_FALLBACK)
+    m = re.search(r"^nvidia-h200:[^\n]*?Packages: ([^\n]*?)\.?\s*$", text, re.M)
+    if not m:
+        return dict(DEVICE_FALLBACK)
+    out: dict[str, str | None] = {norm(n): None for n in m.group(1).split(", ") if n.strip()}
+    row = re.search(r"pip list, as a session saw it \|[^\n]*?asked for: ([^\n|]*)", text)
+    if row:
+        for name, ver in re.findall(r"([A-Za-z0-9_.\-]+) (\d[\w.+\-]*)", row.group(1)):
+            out[norm(name)] = ver.rstrip(".")
+    return out
+
+
+def _marker_env(python: str) -> dict[str, str]:
+    from packaging.markers import default_environment
+
+    return {**default_environment(), "python_version": python,
+            "python_full_version": python + ".3", "sys_platform": "linux",
+            "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
+            "implementation_name": "cpython", "platform_python_implementation": "CPython",
+            "extra": ""}
+
+
+def _needed(reqs: list[str] | None, env: dict[str, str]) -> list[Any]:
+    """The requirements that apply on the device (no extras, markers for its Python)."""
+    from packaging.requirements import Requirement
+
+    out = []
+    for text in reqs or []:
+        r = Requirement(text)
+        if r.marker is None or r.marker.evaluate(env):
+            out.append(r)
+    return out
+
+
+def plan_wheels(device: dict[str, str | None], top: tuple[str, ...] = BENCH_TOP,
+                python: str = "3.12") -> tuple[list[tuple[str, str]], list[str]]:
+    """([(pip requirement, why)], notes): the distributions to carry so that
+    ``top`` imports on the device: each of ``top`` at this environment's version,
+    then, recursively, every requirement of a carried one that the device lacks
+    or holds at a version outside its specifier (at this environment's version
+    when installed here, else the specifier). Offline: reads this environment's
+    metadata only."""
+    from importlib import metadata
+
+    env = _marker_env(python)
+    plan: dict[str, tuple[str, str]] = {}
+    notes: list[str] = []
+    todo: list[tuple[str, str, Any]] = [(t, "the bench imports it", None) for t in top]
+    while todo:
+        name, why, req = todo.pop(0)
+        key = norm(name)
+        if key in plan:
+            continue
+        try:
+            ver: str | None = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            ver = None
+        if req is not None and ver is not None and not req.specifier.contains(ver, True):
+            ver = None
+        spec = f"{name}=={ver}" if ver else (f"{name}{req.specifier}" if req else name)
+        plan[key] = (spec, why)
+        if ver is None:
+            notes.append(f"{name}: not installed here, its own requirements are not followed")
+            continue
+        for r in _needed(metadata.requires(name), env):
+            k = norm(r.name)
+            if k in plan:
+                continue
+            if k in NOT_IMPORTED:
+                notes.append(f"{r.name}: not carried: {NOT_IMPORTED[k]}")
+                continue
+            if k in device:
+                have = device[k]
+                if have is None or r.specifier.contains(have, True):
+                    notes.append(f"{r.name}{r.specifier or ''}: on the device"
+                                 + (f" ({have})" if have else "") + f", for {name}")
+                    continue
+                todo.append((r.name, f"{name} needs {r.name}{r.specifier}, the device has "
+                             f"{have}", r))
+            else:
+                todo.append((r.name, f"{name} needs it; not on the device", r))
+    return list(plan.values()), notes
+
+
+def check_wheels(folder: str, device: dict[str, str | None], python: str = "3.12") -> list[str]:
+    """What the wheels in ``folder`` need that neither they nor the device hold
+    (read from each wheel's METADATA); empty when the set is complete."""
+    from pathlib import Path
+
+    from packaging.version import Version
+
+    env = _marker_env(python)
+    wheels = {}
+    for w in sorted(Path(folder).glob("*.whl")):
+        name, ver = w.name.split("-")[:2]
+        with zipfile.ZipFile(w) as z:
+            meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+            reqs = [ln.split(":", 1)[1].strip() for ln in
+                    z.read(meta).decode("utf-8", "replace").splitlines()
+                    if ln.startswith("Requires-Dist:")]
+        wheels[norm(name)] = (ver, reqs)
+    problems = []
+    for name, (_, reqs) in wheels.items():
+        for r in _needed(reqs, env):
+            k = norm(r.name)
+            if k in NOT_IMPORTED:
+                continue
+            if k in wheels:
+                have = wheels[k][0]
+            elif k in device:
+                have = device[k] or ""  # "": there, version not recorded
+            else:
+                problems.append(f"{name} needs {r}: neither carried nor on the device")
+                continue
+            if have and r.specifier and not r.specifier.contains(Version(have), True):
+                problems.append(f"{name} needs {r}: {have} there")
+    return problems
+
+
+def import_check() -> list[str]:
+    """Import the bench's whole chain with :data:`BLOCKED` modules made
+    unimportable; returns the modules of this package it loaded."""
+    import importlib
+
+    class Block:
+        def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+            if name.split(".")[0] in BLOCKED:
+                raise ImportError(f"{name} is blocked: the GPU bench must not need it")
+
+    sys.meta_path.insert(0, Block())
+    try:
+        for mod in ("backend.diffusion.temporal", "backend.diffusion.controlnet_pipeline",
+                    "backend.diffusion.onnx_engine", "backend.diffusion.export",
+                    "backend.diffusion.onnx_attention", "backend.diffusion.onnx_rewrites",
+                    "bench.diffusion", "bench.gpu"):
+            importlib.import_module(f"{__package__.rsplit('.', 1)[0]}.{mod}")
+    finally:
+        sys.meta_path.pop(0)
+    bad = [m for m in sys.modules if m.split(".")[0] in BLOCKED]
+    if bad:
+        raise ImportError(f"loaded {bad}")
+    return sorted(m for m in sys.modules if m.startswith(__package__.rsplit(".", 1)[0] + "."))
+
+
+def wheels_main(argv: list[str] | None = None) -> int:
+    """``plan``: one pip requirement a line (then ``# why``) and notes; ``check
+    DIR``: the wheels' unmet requirements (exit 1 if any); ``imports``: the
+    import check."""
+    p = argparse.ArgumentParser(prog="gpu wheels")
+    p.add_argument("what", choices=("plan", "check", "imports"))
+    p.add_argument("folder", nargs="?")
+    p.add_argument("--kinds", default=KINDS_MD, help="the device library's KINDS.md")
+    a = p.parse_args(argv)
+    try:
+        with open(a.kinds, encoding="utf-8") as fh:
+            text: str | None = fh.read()
+    except OSError:
+        text = None
+    device = device_packages(text)
+    if a.what == "plan":
+        plan, notes = plan_wheels(device)
+        src = a.kinds if text else "the built-in list (no KINDS.md)"
+        print(f"# device packages: {len(device)} from {src}")
+        for spec, why in plan:
+            print(f"{spec}  # {why}")
+        for n in notes:
+            print(f"#   {n}")
+        return 0
+    if a.what == "check":
+        problems = check_wheels(a.folder or ".whl", device)
+        for pr in problems:
+            print(f"unmet: {pr}")
+        return 1 if problems else 0
+    mods = import_check()
+    print(f"imports without {', '.join(BLOCKED)}: {len(mods)} modules of the package")
+    return 0
 
 
 if __name__ == "__main__":
