@@ -56,6 +56,11 @@ def sd15_components(block_out_channels: tuple[int, ...] = (32, 64, 128, 128),
         tiny_tokenizer,
     )
 
+    # The control-image embedding narrowed with the rest: at full width it would be a
+    # quarter of each reduced-width step (2-3 % in real SD1.5 at 512²), overweighting
+    # what the onnx engine saves by running it once a frame.
+    ratio = block_out_channels[0] / 320
+    cond_channels = tuple(max(4, round(c * ratio)) for c in (16, 32, 96, 256))
     down = ("CrossAttnDownBlock2D",) * 3 + ("DownBlock2D",)
     up = ("UpBlock2D",) + ("CrossAttnUpBlock2D",) * 3
     common = dict(block_out_channels=block_out_channels, layers_per_block=2, in_channels=4,
@@ -68,7 +73,7 @@ def sd15_components(block_out_channels: tuple[int, ...] = (32, 64, 128, 128),
         for i, kind in enumerate(CONTROL_KINDS[:n_controlnets]):
             torch.manual_seed(seed * 1000 + 17 + i)
             cns[kind] = ControlNetModel(
-                conditioning_embedding_out_channels=(16, 32, 96, 256), **common)
+                conditioning_embedding_out_channels=cond_channels, **common)
             _randomize_zero_convs(cns[kind], std=0.02)
         torch.manual_seed(seed * 1000 + 7)
         vc = list(vae_channels or block_out_channels)
