@@ -763,12 +763,16 @@ class Server:
         timeout = self.cfg.session_timeout
         if not timeout:
             return
+        # A session whose OPEN is still loading its model is kept: its client may wait
+        # for OPENED without a word (the load can take minutes), and dropping it would
+        # leave that OPEN unanswered. Its silence counts from OPENED on.
+        loading = {key[0] for key, s in self._sessions.items() if s.loading is not None}
         for key, s in list(self._sessions.items()):
-            if now - self._last_seen.get(key[0], 0.0) > timeout:
+            if s.loading is None and now - self._last_seen.get(key[0], 0.0) > timeout:
                 log.info("session %r: client silent for %.0f s, freed", s.name, timeout)
                 self._drop_session(s)
         for ident, seen in list(self._last_seen.items()):
-            if now - seen > timeout:
+            if now - seen > timeout and ident not in loading:
                 del self._last_seen[ident]
 
     def _worker_heartbeat(self, now: float) -> None:
@@ -840,6 +844,7 @@ class Server:
             return  # re-opened, closed or its client gone meanwhile
         s.loading = None
         if kind == "opened":
+            self._last_seen[s.key[0]] = time.monotonic()  # silence counts from OPENED
             self._send_opened(s, job.ref, load_ms=rest[0])
             return
         code, text = rest

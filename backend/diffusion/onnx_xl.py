@@ -29,3 +29,15 @@ class OnnxRestyleXLPipeline(OnnxRestylePipeline, RestyleXLPipeline):
             raise NotImplementedError("ControlNet-Union is not in the ONNX graphs: use the "
                                       "torch engine, or separate ControlNets")
         super().__init__(components, device, dtype, **engine)
+        check_vae_precision(components.vae, self.onnx.precision)
+
+
+def check_vae_precision(vae: Any, precision: str) -> None:
+    """Refuse an fp16 export of a VAE that overflows in fp16 (SDXL 1.0's own VAE says so
+    with ``force_upcast``): the torch engine upcasts it on the fly, an exported fp16
+    graph cannot, and every frame would come out black (NaN)."""
+    if precision == "fp16" and getattr(vae.config, "force_upcast", False):
+        raise ValueError(
+            "this SDXL VAE overflows in fp16 (its config sets force_upcast) and the onnx "
+            "engine runs fp16 here: set the registry entry's vae to an fp16-safe VAE "
+            "(e.g. \"madebyollin/sdxl-vae-fp16-fix\"), or use the torch engine")

@@ -126,3 +126,15 @@ def test_export_cli_exports_sdxl_graphs(cache, capsys) -> None:
     assert manifest["xl"] and manifest["graphs"][E.UNET]["inputs"][-2:] == [
         "text_embeds", "time_ids"]
     assert (folder / f"{E.TEXT2}.onnx").is_file()
+
+
+def test_fp16_export_of_a_vae_that_needs_upcasting_is_refused() -> None:
+    from painted_skin.backend.diffusion.onnx_xl import check_vae_precision
+
+    vae = tiny_xl_components(0).vae
+    vae.register_to_config(force_upcast=True)
+    with pytest.raises(ValueError, match="fp16-safe VAE"):
+        check_vae_precision(vae, "fp16")
+    check_vae_precision(vae, "fp32")  # fp32 graphs do not overflow
+    vae.register_to_config(force_upcast=False)
+    check_vae_precision(vae, "fp16")

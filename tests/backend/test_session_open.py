@@ -272,3 +272,22 @@ def test_through_a_broker(slow) -> None:
         for obj, t in reversed(threads):
             obj.stop()
             t.join(5)
+
+
+def test_a_silent_client_keeps_its_session_while_the_model_loads(slow) -> None:
+    """A client may wait for OPENED without a word: the idle sweep must not drop a
+    session whose model is still loading (its OPEN would never be answered)."""
+    srv = Server(ServeConfig(bind="tcp://127.0.0.1:*", cache_mb=0, session_timeout=1))
+    srv.bind()
+    t = srv.start()
+    c = Client(srv.endpoint)
+    try:
+        slow.delay = 2.5  # longer than the session timeout
+        opened = c.wait(_open(c, options={"variant": 7}), timeout=20)
+        assert opened.type == P.OPENED
+        res = c.wait(_frame(c, 0), timeout=10)
+        assert res.type == P.RESULT
+    finally:
+        c.close()
+        srv.stop()
+        t.join(timeout=10)
