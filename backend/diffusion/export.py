@@ -314,7 +314,11 @@ def _export_graph(module: Any, args: tuple[Any, ...], path: Path, input_names: l
                     prog = torch.onnx.export(module, args, input_names=input_names,
                                              output_names=output_names, dynamo=True,
                                              external_data=True, verbose=False)
-                    prog.save(str(path), external_data=_big(module))
+                    # Weights always in a side file: writing them inline serialises the
+                    # whole protobuf holding the GIL (seconds for a 1 GB graph, during
+                    # which the server could not answer heartbeats); external data is
+                    # written in chunks (~0.2 s stall) and lifts protobuf's 2 GB limit.
+                    prog.save(str(path), external_data=True)
                 else:
                     torch.onnx.export(module, args, str(path), input_names=input_names,
                                       output_names=output_names, dynamo=False,
@@ -327,12 +331,6 @@ def _export_graph(module: Any, args: tuple[Any, ...], path: Path, input_names: l
             for p in path.parent.glob(path.name + "*"):
                 p.unlink()
     raise RuntimeError(f"ONNX export of {path.name} failed:\n  " + "\n  ".join(errors))
-
-
-def _big(module: Any) -> bool:
-    """Over ~1.8 GB of weights: external data (protobuf's 2 GB limit)."""
-    n = sum(p.numel() * p.element_size() for p in module.parameters())
-    return n > 1_800_000_000
 
 
 def export_components(components: Any, spec: ExportSpec, cache_dir: str | os.PathLike |
