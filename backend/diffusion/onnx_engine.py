@@ -50,6 +50,7 @@ from .export import (
 )
 
 CPU, CUDA, TRT = "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"
+MAX_ENGINES = 3  # loaded engines (frame sizes x reference counts) per pipeline
 _NP = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
        "tensor(int32)": np.int32}
 
@@ -497,7 +498,12 @@ class _OnnxHost:
                               ip_images=ip_images)
             folder = export_components(self.pipe.components_for_export(), spec,
                                        self.cache_dir, dynamo=self.dynamo)
+            # Each engine holds every graph's weights (RAM or GPU memory): keep the most
+            # recently used few; an evicted size reloads from the export cache.
+            while len(self.engines) >= MAX_ENGINES:
+                del self.engines[next(iter(self.engines))]
             self.engines[key] = OnnxEngine(folder, self.providers, threads=self.threads)
+        self.engines[key] = self.engines.pop(key)  # most recently used last
         self.engine = self.engines[key]
         self.engine.new_frame()
         return self.engine

@@ -311,3 +311,34 @@ def test_dynamo_export_parity(tmp_path) -> None:
     with torch.no_grad():
         dec = c.vae.decode(z, return_dict=False)[0]
     assert np.abs(eng.run(E.VAE_DEC, {"latent": z})[0] - dec.numpy()).max() <= TOL
+
+
+def test_loaded_engines_are_bounded_most_recent_kept(pipes, monkeypatch) -> None:
+    """Every frame size (and reference count) gets its own engine holding all weights:
+    only the most recently used few stay loaded; an evicted one comes back from the
+    export cache."""
+    _, op = pipes
+    host = op.onnx
+    made: list[tuple] = []
+
+    class FakeEngine:
+        def __init__(self, folder, providers, threads=None) -> None:
+            made.append(folder)
+
+        def new_frame(self) -> None:
+            pass
+
+    monkeypatch.setattr(O, "export_components", lambda comps, spec, *a, **k: (
+        spec.height, spec.width, spec.ip_images))
+    monkeypatch.setattr(O, "OnnxEngine", FakeEngine)
+    monkeypatch.setattr(O, "MAX_ENGINES", 2)
+    monkeypatch.setattr(host, "engines", {})
+    monkeypatch.setattr(host, "engine", None)
+    host.prepare(64, 64)
+    host.prepare(64, 72)
+    host.prepare(64, 64)  # used again: now the most recent
+    host.prepare(64, 80)  # evicts 64x72, the least recently used
+    assert list(host.engines) == [(64, 64, 0), (64, 80, 0)]
+    host.prepare(64, 72)
+    assert made == [(64, 64, 0), (64, 72, 0), (64, 80, 0), (64, 72, 0)]
+    assert len(host.engines) == 2
