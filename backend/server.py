@@ -926,7 +926,8 @@ class Server:
                     self._run_job(job, wake)
                 except pipelines.Cancelled:
                     pass  # already answered by the cancel
-                except Exception as e:
+                except (Exception, SystemExit) as e:  # a library's sys.exit must not end
+                    # the compute thread (PING would still answer, no frame ever would)
                     log.exception("frame %s of %r failed", job.frame, job.session.name)
                     self._post(wake, "error", job, protocol.E_INTERNAL,
                                f"pipeline {job.session.pipeline!r} failed on frame "
@@ -946,7 +947,7 @@ class Server:
             prepare = getattr(pipe, "prepare", None)
             if prepare is not None:  # e.g. the onnx engine exports for this frame size
                 prepare(width=s.width, height=s.height, options=s.options, refs=s.refs)
-        except Exception as e:
+        except (Exception, SystemExit) as e:
             # Missing or broken files, bad options: the user's to fix, said in the reply.
             # Anything else is a bug: logged with its traceback.
             ours = not (hasattr(e, "problems")

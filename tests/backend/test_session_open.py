@@ -291,3 +291,21 @@ def test_a_silent_client_keeps_its_session_while_the_model_loads(slow) -> None:
         c.close()
         srv.stop()
         t.join(timeout=10)
+
+
+def test_a_load_that_calls_sys_exit_fails_the_open_not_the_backend(server, client) -> None:
+    def exiting(options: dict, device: str) -> Any:
+        if options.get("exit"):
+            raise SystemExit(3)  # a library giving up the way scripts do
+        return EchoPipeline(device)
+
+    pipelines.register("exiting", exiting, load_keys=("exit",))
+    try:
+        err = client.wait(_open(client, pipeline="exiting", options={"exit": True}))
+        assert err.type == P.ERROR and "SystemExit" in err.header["message"]
+        ok = client.wait(_open(client, session="s2", pipeline="exiting"))
+        assert ok.type == P.OPENED  # the compute thread lives on
+        res = client.wait(_frame(client, 0, session="s2"))
+        assert res.type == P.RESULT
+    finally:
+        pipelines.REGISTRY.pop("exiting", None)
