@@ -306,27 +306,34 @@ def load_xl_components(name: str, dtype: Any = None, union: bool | None = None) 
     def sub(part: str) -> dict[str, Any]:
         return {"subfolder": f"{kw['subfolder']}/{part}" if kw else part, **lfo}
 
-    def model(cls: Any, src: C.Source) -> Any:
+    def model(kind: str, cls: Any, src: C.Source) -> Any:
         ref, rkw = C._ref(src)
-        return cls.from_pretrained(ref, torch_dtype=dtype, **rkw, **lfo)
+        return C.load_named(entry.name, kind, src, cls.from_pretrained, ref, torch_dtype=dtype,
+                            **rkw, **lfo)
 
-    unet = UNet2DConditionModel.from_pretrained(base, torch_dtype=dtype, **sub("unet"))
-    vae = (model(AutoencoderKL, entry.vae) if entry.vae is not None
-           else AutoencoderKL.from_pretrained(base, torch_dtype=dtype, **sub("vae")))
-    te = CLIPTextModel.from_pretrained(base, torch_dtype=dtype, **sub("text_encoder"))
-    te2 = CLIPTextModelWithProjection.from_pretrained(base, torch_dtype=dtype,
-                                                      **sub("text_encoder_2"))
-    tok = CLIPTokenizer.from_pretrained(base, **sub("tokenizer"))
-    tok2 = CLIPTokenizer.from_pretrained(base, **sub("tokenizer_2"))
-    sched = EulerDiscreteScheduler.from_pretrained(base, **sub("scheduler"))
-    cns = {} if usrc is not None else {k: model(ControlNetModel, s)
+    def part(name: str, cls: Any, **extra: Any) -> Any:
+        # A corrupt or missing part names itself, where it looked and how to fix it
+        # (as SD 1.5's loader does), instead of a bare OSError from diffusers.
+        return C.load_named(entry.name, f"base {name}", entry.base, cls.from_pretrained, base,
+                            **extra, **sub(name))
+
+    unet = part("unet", UNet2DConditionModel, torch_dtype=dtype)
+    vae = (model("vae", AutoencoderKL, entry.vae) if entry.vae is not None
+           else part("vae", AutoencoderKL, torch_dtype=dtype))
+    te = part("text_encoder", CLIPTextModel, torch_dtype=dtype)
+    te2 = part("text_encoder_2", CLIPTextModelWithProjection, torch_dtype=dtype)
+    tok = part("tokenizer", CLIPTokenizer)
+    tok2 = part("tokenizer_2", CLIPTokenizer)
+    sched = part("scheduler", EulerDiscreteScheduler)
+    cns = {} if usrc is not None else {k: model(f"controlnet {k}", ControlNetModel, s)
                                        for k, s in entry.controlnets.items()}
-    un = model(ControlNetUnionModel, usrc) if usrc is not None else None
+    un = model("controlnet union", ControlNetUnionModel, usrc) if usrc is not None else None
     enc = proc = None
     if entry.ip_adapter is not None and entry.ip_adapter.image_encoder is not None:
         from transformers import CLIPVisionModelWithProjection
 
-        enc = model(CLIPVisionModelWithProjection, entry.ip_adapter.image_encoder)
+        enc = model("ip_adapter image_encoder", CLIPVisionModelWithProjection,
+                    entry.ip_adapter.image_encoder)
         proc = C._image_processor(224)
     return XLComponents(unet, vae, te, tok, sched, cns, enc, proc, list(entry.loras),
                         entry.ip_adapter, entry.scheduler, entry.name, text_encoder_2=te2,

@@ -185,6 +185,12 @@ def test_registry_model_loads_from_local_folders(tmp_path, monkeypatch) -> None:
     a = _run(loaded, options={"steps": 2}).image
     b = _run(union_pipe, options={"steps": 2}).image  # (the saved scheduler config is LCM's)
     assert np.abs(a.astype(int) - b).max() <= 1
+    config = base / "unet" / "config.json"
+    good = config.read_text()
+    config.write_text("not json")  # present but corrupt: found by the load, named
+    with pytest.raises(C.MissingWeights, match="base unet: could not load.*looked in"):
+        sdxl_factory({"model": "xl"}, "cpu")
+    config.write_text(good)
     import shutil
 
     shutil.rmtree(base / "text_encoder_2")
