@@ -874,8 +874,11 @@ class Server:
     def _pipeline_key(self, name: str, options: dict[str, Any]) -> tuple[str, str, str]:
         """(pipeline, device, its load options): one instance per distinct key."""
         entry = pipelines.get(name)
+        missing = object()
+        # An option given as the factory's default loads what leaving it out loads.
         load = " ".join(f"{k}={json.dumps(options[k], sort_keys=True)}"
-                        for k in entry.load_keys if k in options)
+                        for k in entry.load_keys
+                        if k in options and options[k] != entry.load_defaults.get(k, missing))
         return name, self.cfg.device, load
 
     def _pipeline(self, name: str, options: dict[str, Any]) -> Any:

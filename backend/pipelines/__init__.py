@@ -22,7 +22,7 @@ Issue 5 adds the diffusion pipelines here; the backend never imports bpy.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -58,6 +58,9 @@ class Entry:
     load_keys: tuple[str, ...] = ()
     size_multiple: int = 1
     check: Callable[[dict[str, Any]], list[str]] | None = None
+    # What the factory uses for a load key the options leave out: an option given as
+    # its default value shares the instance loaded without it (one copy in memory).
+    load_defaults: dict[str, Any] = field(default_factory=dict)
 
 
 REGISTRY: dict[str, Entry] = {}
@@ -65,11 +68,14 @@ REGISTRY: dict[str, Entry] = {}
 
 def register(name: str, factory: Factory, load_keys: tuple[str, ...] = (),
              size_multiple: int = 1,
-             check: Callable[[dict[str, Any]], list[str]] | None = None) -> None:
+             check: Callable[[dict[str, Any]], list[str]] | None = None,
+             load_defaults: dict[str, Any] | None = None) -> None:
     """Add a pipeline. ``check(options)``, when given, lists what keeps those
     options from loading (missing weights...); the backend calls it on OPEN
-    and refuses the session with that text instead of failing on frame 0."""
-    REGISTRY[name] = Entry(name, factory, tuple(load_keys), size_multiple, check)
+    and refuses the session with that text instead of failing on frame 0.
+    ``load_defaults``: the factory's value for load keys the options omit."""
+    REGISTRY[name] = Entry(name, factory, tuple(load_keys), size_multiple, check,
+                           dict(load_defaults or {}))
 
 
 def names() -> list[str]:

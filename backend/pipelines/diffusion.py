@@ -103,10 +103,11 @@ def register_all() -> bool:
     """Register the diffusion pipelines; False (nothing registered) without torch."""
     if not available():
         return False
+    common = {"engine": "torch", "tiny_seed": 0, "tiny_controlnets": 3}
     register("sd15-controlnet", sd15_controlnet, load_keys=LOAD_KEYS, size_multiple=8,
-             check=check)
+             check=check, load_defaults={**common, "model": "sd15"})
     register("sdxl-controlnet", _sdxl_factory, load_keys=XL_LOAD_KEYS, size_multiple=8,
-             check=_check_xl)
+             check=_check_xl, load_defaults={**common, "model": "sdxl"})
     return True
 
 

@@ -309,3 +309,13 @@ def test_a_load_that_calls_sys_exit_fails_the_open_not_the_backend(server, clien
         assert res.type == P.RESULT
     finally:
         pipelines.REGISTRY.pop("exiting", None)
+
+
+def test_an_option_given_as_its_default_shares_the_loaded_model(server, client, slow) -> None:
+    """``engine`` left out and ``engine: "torch"`` load the same thing: one instance."""
+    pipelines.REGISTRY["slow-load"].load_defaults["variant"] = 0
+    slow.delay = 0.05
+    assert client.wait(_open(client, options={})).type == P.OPENED
+    assert client.wait(_open(client, session="s2", options={"variant": 0})).type == P.OPENED
+    assert client.wait(_open(client, session="s3", options={"variant": 1})).type == P.OPENED
+    assert len(slow.created) == 2  # {} and {"variant": 0} share one
