@@ -343,20 +343,11 @@ def load_xl_components(name: str, dtype: Any = None, union: bool | None = None) 
 def check_xl(options: dict[str, Any]) -> list[str]:
     """What keeps ``options``' SDXL model from loading (empty when it can);
     called when a session opens, before the shot starts."""
-    if "registry" in options:
-        return ["option 'registry' is not accepted from clients: set PAINTED_SKIN_MODELS "
-                "where the backend runs"]
-    steps = options.get("steps", 4)
-    if not isinstance(steps, int) or not 1 <= steps <= 100:
-        return [f"steps {steps!r} must be a whole number from 1 to 100"]
-    cf = options.get("cross_frame")
-    if cf not in (None, False, "off", *("first", "previous")):
-        return [f"cross_frame {cf!r} must be 'first', 'previous' or null"]
-    from ..pipelines.diffusion import engine_problem
+    from ..pipelines.diffusion import option_problems
 
-    problem = engine_problem(options)
-    if problem:
-        return [problem]
+    problems = option_problems(options)
+    if problems:
+        return problems
     if options.get("tiny"):
         return []
     try:

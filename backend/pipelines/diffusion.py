@@ -28,21 +28,28 @@ def available() -> bool:
                for m in ("torch", "diffusers", "transformers"))
 
 
-def check(options: dict[str, Any]) -> list[str]:
-    """What keeps ``options``' model from loading (empty when it can): call it
-    when a session opens, before the shot starts."""
+def option_problems(options: dict[str, Any]) -> list[str]:
+    """The checks of the options SD 1.5 and SDXL share (registry, steps, cross-frame,
+    engine): told on OPEN, before the shot starts."""
     if "registry" in options:
         return ["option 'registry' is not accepted from clients: set PAINTED_SKIN_MODELS "
                 "where the backend runs"]
     steps = options.get("steps", 4)
     if not isinstance(steps, int) or not 1 <= steps <= 100:
         return [f"steps {steps!r} must be a whole number from 1 to 100"]
-    if options.get("cross_frame") not in (None, "first", "previous"):
-        return [f"cross_frame {options['cross_frame']!r} must be \"first\", \"previous\" "
-                "or absent"]
+    cf = options.get("cross_frame")
+    if cf not in (None, False, "off", "first", "previous"):
+        return [f"cross_frame {cf!r} must be \"first\", \"previous\" or absent"]
     problem = engine_problem(options)
-    if problem:
-        return [problem]
+    return [problem] if problem else []
+
+
+def check(options: dict[str, Any]) -> list[str]:
+    """What keeps ``options``' model from loading (empty when it can): call it
+    when a session opens, before the shot starts."""
+    problems = option_problems(options)
+    if problems:
+        return problems
     if options.get("tiny"):
         return []
     from ..diffusion.components import load_registry
