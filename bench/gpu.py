@@ -350,6 +350,9 @@ def versions() -> dict[str, str]:
             v["cudnn"] = str(torch.backends.cudnn.version())
     except ImportError:  # pragma: no cover - torch is a dependency of the bench
         pass
+    from ..backend.diffusion.tensorrt_runtime import tensorrt_version
+
+    v["tensorrt"] = tensorrt_version() or "not loadable"
     return v
 
 
@@ -418,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     # all of the chain first: an import error shows before the model is built
     from ..backend.diffusion import controlnet_pipeline, onnx_engine  # noqa: F401
     from ..backend.diffusion import temporal as T
+    from ..backend.diffusion.tensorrt_runtime import tensorrt_version
     from .diffusion import sd15_components
 
     t_start = time.perf_counter()
@@ -429,6 +433,10 @@ def main(argv: list[str] | None = None) -> int:
     dev = "cpu" if smoke else "cuda"
     dtype = torch.float32 if smoke else torch.float16
     have = ort.get_available_providers()
+    if PROVIDER["ort-trt"] in have and tensorrt_version() is None:
+        # listed because compiled in, but a session would silently run on the CUDA EP
+        have = [p for p in have if p != PROVIDER["ort-trt"]]
+        print("onnxruntime lists TensorRT but libnvinfer does not load: ort-trt is skipped")
     print(f"GPU: {vers.get('gpu', 'none (CPU smoke run)')} {vers.get('gpu_detail', '')}".rstrip())
     print("versions: " + ", ".join(f"{k} {v}" for k, v in vers.items()
                                    if k not in ("gpu", "gpu_detail")))

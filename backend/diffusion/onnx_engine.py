@@ -29,7 +29,9 @@ session opens (:meth:`OnnxRestylePipeline.prepare`) or on first use. SDXL:
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -48,7 +50,9 @@ from .export import (
     ExportSpec,
     export_components,
 )
+from .tensorrt_runtime import engine_cache_dir, tensorrt_version
 
+log = logging.getLogger("painted_skin.backend.onnx")
 CPU, CUDA, TRT = "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"
 MAX_ENGINES = 3  # loaded engines (frame sizes x reference counts) per pipeline
 _NP = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
@@ -69,7 +73,7 @@ def provider_chain(folder: str | os.PathLike, providers: str | list[str] = "auto
     a list of provider names. Unavailable ones are dropped; CPU always ends it.
     """
     names = provider_names(providers)
-    trt_dir = str(Path(folder) / "trt")
+    trt_dir = str(engine_cache_dir(folder, device_id)) if TRT in names else ""
     opts = {
         TRT: {"device_id": device_id, "trt_fp16_enable": True,
               "trt_engine_cache_enable": True, "trt_engine_cache_path": trt_dir,
@@ -88,13 +92,24 @@ def provider_chain(folder: str | os.PathLike, providers: str | list[str] = "auto
 
 
 def provider_names(providers: str | list[str] = "auto") -> list[str]:
-    """The providers :func:`provider_chain` picks, best first, CPU last."""
+    """The providers :func:`provider_chain` picks, best first, CPU last. TensorRT
+    only when its library loads (onnxruntime lists it whenever it was built with it)."""
     have = set(available_providers())
+    if TRT in have and tensorrt_version() is None:
+        have.discard(TRT)
+        _warn_once("onnxruntime offers TensorRT but libnvinfer does not load, so the CUDA "
+                   "EP runs the graphs; to use TensorRT: pip install tensorrt-cu12 (or put "
+                   "TensorRT's lib folder on LD_LIBRARY_PATH)")
     order = {"auto": [TRT, CUDA, CPU], "tensorrt": [TRT, CUDA, CPU], "trt": [TRT, CUDA, CPU],
              "cuda": [CUDA, CPU], "cpu": [CPU]}
     names = [n for n in (order[providers] if isinstance(providers, str) else providers)
              if n in have]
     return names if CPU in names else [*names, CPU]
+
+
+@functools.cache
+def _warn_once(message: str) -> None:
+    log.warning(message)
 
 
 def default_threads() -> int:
@@ -478,8 +493,7 @@ class _OnnxHost:
         self.threads = threads
         self.device = pipe.device
         self.dtype = pipe.dtype
-        gpu = "TensorrtExecutionProvider" in available_providers() or \
-            CUDA in available_providers()
+        gpu = provider_names(providers)[0] != CPU
         self.precision = precision or ("fp16" if gpu and torch.cuda.is_available() else "fp32")
         # TensorRT has no MultiHeadAttention kernel: its exports keep plain attention
         self.attention = "onnx" if provider_names(providers)[0] == TRT else "mha"

@@ -176,11 +176,12 @@ def test_provider_selection(folder, engine, monkeypatch) -> None:
     assert so.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     assert so.intra_op_num_threads >= 1
     monkeypatch.setattr(O, "available_providers", lambda: [O.TRT, O.CUDA, O.CPU])
+    monkeypatch.setattr(O, "tensorrt_version", lambda: "10.9.0")  # as if libnvinfer loads
     chain = O.provider_chain(folder, "auto")
     assert [n for n, _ in chain] == [O.TRT, O.CUDA, O.CPU]
     trt, cuda = chain[0][1], chain[1][1]
     assert trt["trt_fp16_enable"] and trt["trt_engine_cache_enable"]
-    assert trt["trt_engine_cache_path"].endswith("trt") and cuda["enable_cuda_graph"]
+    assert "trt" in trt["trt_engine_cache_path"] and cuda["enable_cuda_graph"]
     assert [n for n, _ in O.provider_chain(folder, "cuda")] == [O.CUDA, O.CPU]
     monkeypatch.setattr(O, "available_providers", lambda: [O.CPU])
     assert [n for n, _ in O.provider_chain(folder, "tensorrt")] == [O.CPU]
