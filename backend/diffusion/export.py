@@ -305,6 +305,8 @@ def _export_graph(module: Any, args: tuple[Any, ...], path: Path, input_names: l
     """Export one graph; returns the exporter that worked ("dynamo" or "torchscript")."""
     import torch
 
+    from .onnx_external import torchscript_export
+
     errors = []
     for use_dynamo in ([True, False] if dynamo is None else [bool(dynamo)]):
         try:
@@ -319,11 +321,8 @@ def _export_graph(module: Any, args: tuple[Any, ...], path: Path, input_names: l
                     # which the server could not answer heartbeats); external data is
                     # written in chunks (~0.2 s stall) and lifts protobuf's 2 GB limit.
                     prog.save(str(path), external_data=True)
-                else:
-                    torch.onnx.export(module, args, str(path), input_names=input_names,
-                                      output_names=output_names, dynamo=False,
-                                      opset_version=17, do_constant_folding=True,
-                                      custom_opsets={"com.microsoft": 1})
+                else:  # weights streamed to a side file, not serialised under the GIL
+                    torchscript_export(module, args, path, input_names, output_names)
             stats["graphs"] += 1
             return "dynamo" if use_dynamo else "torchscript"
         except Exception as e:  # noqa: BLE001 - try the other exporter
