@@ -9,6 +9,10 @@ named by their ``state_dict`` keys), and the weights are then streamed from the
 module's own tensors into the ``<graph>.onnx.data`` side file, one tensor per
 write — file writes release the GIL — and declared as external initializers.
 
+The exporter's ONNX shape inference copies every weight into a per-node model
+(1.1 s of GIL for 0.84 GB): it is given only the small constants (shape tensors)
+it can use; weights' shapes come from their typed graph inputs anyway.
+
 Constant folding is left to onnxruntime (graph optimisation level ALL folds the
 weight transposes the exporter would have folded): with ``export_params=False``
 the exporter's folded constants would have no values to write.
@@ -16,12 +20,36 @@ the exporter's folded constants would have no values to write.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 ALIGN = 4096  # offsets page-aligned, so onnxruntime can map the weights
+SMALL = 64  # constants up to this many elements reach shape inference (shape tensors)
+_SHAPE_PASS = "_jit_pass_onnx_graph_shape_type_inference"
+
+
+@contextlib.contextmanager
+def _shape_inference_without_weights() -> Iterator[None]:
+    """While exporting, shape inference sees only the small constants."""
+    from torch import _C
+
+    original = getattr(_C, _SHAPE_PASS, None)
+    if original is None:  # another torch: nothing to narrow
+        yield
+        return
+
+    def narrowed(graph: Any, params: dict[str, Any], opset: int) -> Any:
+        return original(graph, {k: v for k, v in params.items() if v.numel() <= SMALL}, opset)
+
+    setattr(_C, _SHAPE_PASS, narrowed)
+    try:
+        yield
+    finally:
+        setattr(_C, _SHAPE_PASS, original)
 
 
 def _named_tensors(module: Any) -> dict[str, Any]:
@@ -40,9 +68,13 @@ def torchscript_export(module: Any, args: tuple[Any, ...], path: str | os.PathLi
 
     path = Path(path)
     buf = io.BytesIO()
-    torch.onnx.export(module, args, buf, input_names=input_names, output_names=output_names,
-                      dynamo=False, opset_version=opset, export_params=False,
-                      do_constant_folding=False, custom_opsets={"com.microsoft": 1})
+    with _shape_inference_without_weights():
+        # keep_initializers_as_inputs: skips the exporter's value-by-value comparison of
+        # all weights (deduplication; tracing already gives each tensor one name)
+        torch.onnx.export(module, args, buf, input_names=input_names,
+                          output_names=output_names, dynamo=False, opset_version=opset,
+                          export_params=False, do_constant_folding=False,
+                          keep_initializers_as_inputs=True, custom_opsets={"com.microsoft": 1})
     model = onnx.load_model_from_string(buf.getvalue())
     tensors = _named_tensors(module)
     graph = model.graph
