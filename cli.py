@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from .addon.core.atomic import write_json_atomic
+from .addon.core.atomic import check_writable, write_json_atomic
 
 EXIT_BAD_INPUT = 2
 
@@ -56,6 +56,12 @@ def cmd_retarget(args: argparse.Namespace) -> int:
         clips = [source]
     else:
         raise BadInput(f"--source {str(source)!r} does not exist: give a clip file or a folder")
+    if args.out:  # outputs checked before the work, not after it
+        if Path(args.out).suffix.lower() != ".blend":
+            raise BadInput(f"--out {args.out!r} must name a .blend file, e.g. shot.blend")
+        check_writable(args.out, "--out file", folder=False)
+    if args.report:
+        check_writable(args.report, "--report file", folder=False)
     result = session.retarget_files(clips, Path(args.target), args.map, args.target_map,
                                     _retarget_options(args), progress=_progress_bar(len(clips)),
                                     clip_action=args.clip_action)
@@ -153,6 +159,7 @@ def cmd_passes(args: argparse.Namespace) -> int:
         raise BadInput(f"{str(shot)!r} is not a .blend file: give the shot to render")
     width, height = _parse_size(args.size)
     passes = tuple(p.strip() for p in args.passes.split(",") if p.strip())
+    check_writable(args.out, "--out folder")
     bpy.ops.wm.open_mainfile(filepath=str(shot))
     scene = bpy.context.scene
     frames = _parse_frames(args.frames) if args.frames else range(scene.frame_start,
@@ -263,9 +270,12 @@ def main(argv: list[str] | None = None) -> int:
     except BadInput as e:
         print(f"painted-skin: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except ValueError as e:  # RetargetError, ImportFailed, BvhError, map errors
+    except ValueError as e:  # RetargetError, ImportFailed, BvhError, map errors, outputs
         print(f"painted-skin: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except OSError as e:  # the disk, not the input: one line, exit 1
+        print(f"painted-skin: error: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from collections.abc import Collection
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
+
+from ..core.atomic import temp_file_for
 
 _OIIO: ModuleType | None = None
 
@@ -132,9 +133,7 @@ def _write(path: str | os.PathLike, array: np.ndarray, typedesc, names, attrs: d
         spec.alpha_channel = names.index("A")
     for key, value in attrs.items():
         spec.attribute(key, value)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.",
-                               suffix=f".tmp{path.suffix}")
-    os.close(fd)
+    tmp = temp_file_for(path, path.suffix)  # the suffix picks OIIO's writer
     try:
         out = io.ImageOutput.create(tmp)
         if out is None:

@@ -21,7 +21,7 @@ import bpy
 import numpy as np
 
 from ..core import encodings, jit
-from ..core.atomic import read_json, write_json_atomic
+from ..core.atomic import read_json, remove_stale_temps, write_json_atomic
 from ..core.raster import Fragments, inside_closed_mesh, motion_vectors_many, rasterize
 from .shot_geometry import FrameGeometry, ShotError, ShotGeometry
 
@@ -113,8 +113,26 @@ def _manifest(opts: PassOptions, near: float, far: float, geo: ShotGeometry) -> 
         "conventions": encodings.CONVENTIONS,
         "armature": geo.armature.name if geo.armature else None,
         "bone_map": geo.bone_map,
+        "shot": shot_identity(geo),
         "versions": {"blender": bpy.app.version_string, "numpy": np.__version__,
                      "painted_skin": _package_version()},
+    }
+
+
+def shot_identity(geo: ShotGeometry) -> dict:
+    """What tells this shot from another rendered into the same folder: scene,
+    camera, armature and its action, the meshes with their sizes, the frame range.
+    Only names and counts, so every farm worker opening the .blend agrees."""
+    scene, arm = geo.scene, geo.armature
+    action = arm.animation_data.action if arm and arm.animation_data else None
+    return {
+        "scene": scene.name,
+        "camera": scene.camera.name if scene.camera else None,
+        "armature": arm.name if arm else None,
+        "action": action.name if action else None,
+        "meshes": {ob.name: [int(c) for c in n]  # vertices, faces, corners
+                   for ob, n in zip(geo.objects, geo.counts, strict=True)},
+        "frame_range": [scene.frame_start, scene.frame_end],
     }
 
 
@@ -134,14 +152,20 @@ def _check_manifest(out: Path, manifest: dict) -> None:
         write_json_atomic(path, manifest)
         return
     old = read_json(path, "passes manifest")
+    shot, new_shot = old.get("shot"), manifest["shot"]
+    if shot is not None and shot != new_shot:
+        diff = [k for k in new_shot if shot.get(k) != new_shot[k]]
+        raise ShotError(f"{out} holds the passes of another shot ({', '.join(diff)} differ: "
+                        f"{', '.join(f'{k} {shot.get(k)!r}' for k in diff[:2])}): render "
+                        "into another --out folder, or delete it to start over")
     for key in ("width", "height", "engine", "near", "far"):
         if old.get(key) != manifest[key] and not (
                 isinstance(old.get(key), float) and np.isclose(old[key], manifest[key])):
             raise ShotError(f"{out} holds passes made with {key}={old.get(key)} (now "
                             f"{manifest[key]}): use another --out folder or delete it")
     passes = sorted(set(old.get("passes", [])) | set(manifest["passes"]))
-    if passes != sorted(old.get("passes", [])):
-        old["passes"] = passes
+    if passes != sorted(old.get("passes", [])) or shot is None:
+        old["passes"], old["shot"] = passes, new_shot  # a manifest from before "shot": adopt
         old["files"] = {**old.get("files", {}), **manifest["files"]}
         write_json_atomic(path, old)
 
@@ -362,6 +386,11 @@ def make_passes(scene: bpy.types.Scene, opts: PassOptions, out: Path,
     Frames already complete are skipped. ``cancelled`` is polled between frames.
     """
     opts.validate()
+    first, last = opts.frames.start, opts.frames[-1]
+    if first < scene.frame_start or last > scene.frame_end:
+        raise ShotError(f"frames {first}-{last} lie outside the scene's range "
+                        f"{scene.frame_start}-{scene.frame_end}: render frames within it, "
+                        "or set the scene's frame range first")
     out = Path(out)
     geo = ShotGeometry(scene, opts.width, opts.height)
     want = set(opts.passes)
@@ -379,6 +408,7 @@ def make_passes(scene: bpy.types.Scene, opts: PassOptions, out: Path,
                 near, far = shot_depth_range(geo, range(scene.frame_start, scene.frame_end + 1))
         out.mkdir(parents=True, exist_ok=True)
         _check_manifest(out, _manifest(opts, near, far, geo))
+        remove_stale_temps(out)  # what a killed run left half-written
         todo = [f for f in opts.frames if not frame_done(out, opts.passes, f)]
         done = skipped = len(opts.frames) - len(todo)
         if progress:

@@ -3,13 +3,12 @@ the status bar, Esc cancels) and a preview of the current frame in an image."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import bpy
 import numpy as np
 from bpy.props import BoolProperty, EnumProperty, IntProperty, StringProperty
 
 from .classes import register_classes, unregister_classes
+from .out_paths import PATH_OPTIONS, UnwritableOutput, output_folder
 from .passes import PASSES, PassOptions, make_passes
 from .shot_geometry import ShotError, ShotGeometry
 
@@ -22,7 +21,8 @@ class PS_PassesSettings(bpy.types.PropertyGroup):
         ("cycles", "Cycles", "Blender's renderer, the reference")], default="fast")
     width: IntProperty(name="Width", default=512, min=16, max=8192)
     height: IntProperty(name="Height", default=512, min=16, max=8192)
-    out_dir: StringProperty(name="Output", subtype="DIR_PATH", default="//passes/")
+    out_dir: StringProperty(name="Output", subtype="DIR_PATH", default="//passes/",
+                            options=PATH_OPTIONS)
     preview: EnumProperty(name="Preview", items=[(p, p.title(), "") for p in
                                                  ("depth", "normal", "parts", "mask",
                                                   "skeleton")], default="normal")
@@ -58,8 +58,8 @@ class PS_OT_render_passes(bpy.types.Operator):
         s = _settings(context)
         try:
             summary = make_passes(context.scene, s.options(context.scene),
-                                  Path(bpy.path.abspath(s.out_dir)))
-        except ShotError as e:
+                                  output_folder(s.out_dir, "passes"))
+        except (ShotError, UnwritableOutput, OSError) as e:
             self.report({"ERROR"}, str(e))
             return {"CANCELLED"}
         for w in summary["warnings"]:
@@ -75,13 +75,13 @@ class PS_OT_render_passes(bpy.types.Operator):
         opts = s.options(context.scene)
         try:
             opts.validate()
-        except ShotError as e:
+            self._out = output_folder(s.out_dir, "passes")
+        except (ShotError, UnwritableOutput) as e:
             self.report({"ERROR"}, str(e))
             return {"CANCELLED"}
         # One frame per timer tick keeps the UI alive; Esc stops between frames.
         self._frames = list(opts.frames)
         self._opts, self._k, self._cancel = opts, 0, False
-        self._out = Path(bpy.path.abspath(s.out_dir))
         wm = context.window_manager
         wm.progress_begin(0, len(self._frames))
         self._timer = wm.event_timer_add(0.01, window=context.window)
@@ -99,7 +99,7 @@ class PS_OT_render_passes(bpy.types.Operator):
                            passes=self._opts.passes)
         try:
             make_passes(context.scene, opts, self._out)
-        except ShotError as e:
+        except (ShotError, OSError) as e:  # OSError: the disk filled, the share went away
             self.report({"ERROR"}, str(e))
             return self._finish(context, cancelled=True)
         self._k += 1

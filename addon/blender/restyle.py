@@ -29,9 +29,10 @@ import bpy
 import numpy as np
 from bpy.props import BoolProperty, FloatProperty, IntProperty, StringProperty
 
-from ..core.atomic import read_json, write_json_atomic
+from ..core.atomic import check_writable, read_json, write_json_atomic
 from .classes import register_classes, unregister_classes
 from .client import DEFAULT_URL, BackendClient, BackendError, BackendUnavailable, Result
+from .out_paths import PATH_OPTIONS, UnwritableOutput, output_folder
 from .passes import DEFAULT_PASSES, PassOptions, iter_frames, shot_depth_range
 from .shot_geometry import ShotError, ShotGeometry
 
@@ -153,7 +154,7 @@ def restyle_shot(scene: bpy.types.Scene, out_dir: str | Path, url: str = DEFAULT
     """Restyle ``frames`` (default: the scene range) into ``out_dir/restyled``;
     blocking. Frames already on disk are skipped. ``size``: int or (width, height).
     Returns a summary (frames, written, skipped, dropped, reconnects, seconds)."""
-    out = Path(out_dir)
+    out = check_writable(out_dir, "restyle output folder")
     width, height = _size(size)
     frames = list(frames if frames is not None else range(scene.frame_start,
                                                             scene.frame_end + 1))
@@ -335,7 +336,8 @@ class PS_RestyleSettings(bpy.types.PropertyGroup):
     seed: IntProperty(name="Seed", default=0, min=0)
     width: IntProperty(name="Width", default=512, min=16, max=8192)
     height: IntProperty(name="Height", default=512, min=16, max=8192)
-    out_dir: StringProperty(name="Output", subtype="DIR_PATH", default="//restyle/")
+    out_dir: StringProperty(name="Output", subtype="DIR_PATH", default="//restyle/",
+                            options=PATH_OPTIONS)
     use_vse: BoolProperty(name="Add VSE Strip", default=False,
                           description="Also put the result in the Sequencer")
 
@@ -355,7 +357,7 @@ def _keys(context) -> str | None:
 
 
 def _out(context) -> Path:
-    return Path(bpy.path.abspath(_settings(context).out_dir))
+    return output_folder(_settings(context).out_dir, "restyle")
 
 
 def show_results(context, out: Path, frames: list[int], use_vse: bool = False
@@ -401,6 +403,19 @@ def show_results(context, out: Path, frames: list[int], use_vse: bool = False
 
 # -- operators ---------------------------------------------------------------------------------
 
+def error_text(e: Exception) -> str:
+    """The message an operator reports; a backend that only has the echo pipeline was
+    started with a Python lacking the diffusion packages: say where to fix that."""
+    text = str(e)
+    if isinstance(e, BackendError) and "unknown pipeline" in e.message and \
+            e.message.rstrip().endswith(": echo"):
+        text += (" (the backend's Python has no diffusion packages: set Preferences > "
+                 "Add-ons > Painted Skin > Backend Python to a Python with "
+                 "painted-skin[backend] installed, e.g. .venv-backend/bin/python, and start "
+                 "the backend again)")
+    return text
+
+
 class PS_OT_restyle(bpy.types.Operator):
     """Restyle the scene's frame range through the backend (Esc cancels; re-running resumes)"""
 
@@ -421,8 +436,8 @@ class PS_OT_restyle(bpy.types.Operator):
             summary = restyle_shot(context.scene, _out(context), backend_url(context),
                                    size=(s.width, s.height), keys=_keys(context),
                                    on_dead=restart_local_if_dead, **self._args(context))
-        except (ShotError, BackendError) as e:
-            self.report({"ERROR"}, str(e))
+        except (ShotError, BackendError, UnwritableOutput, OSError) as e:
+            self.report({"ERROR"}, error_text(e))
             return {"CANCELLED"}
         self.report({"INFO"}, f"restyled: {summary['written'] + summary['skipped']}/"
                               f"{summary['frames']} frames in {summary['out']}")
@@ -432,10 +447,10 @@ class PS_OT_restyle(bpy.types.Operator):
         if context.window is None:
             return self.execute(context)
         s, scene = _settings(context), context.scene
-        self._out = _out(context)
         self._frames = list(range(scene.frame_start, scene.frame_end + 1))
         args = self._args(context)
         try:
+            self._out = _out(context)
             args["options"] = shot_options(scene, self._out, s.width, s.height,
                                            args.get("options"))
             _check_settings(self._out, {**args, "width": s.width, "height": s.height})
@@ -452,11 +467,11 @@ class PS_OT_restyle(bpy.types.Operator):
             w, h = s.width, s.height
             self._client.start_shot(shot_frames(scene, todo, w, h),
                                     lambda r: self._on_result(r, w, h))
-        except (ShotError, BackendError, OSError) as e:
+        except (ShotError, BackendError, UnwritableOutput, OSError) as e:
             if getattr(self, "_client", None) is not None:
                 self._client.close()
                 self._client = None
-            self.report({"ERROR"}, str(e))
+            self.report({"ERROR"}, error_text(e))
             return {"CANCELLED"}
         wm = context.window_manager
         wm.progress_begin(0, len(self._frames))
@@ -484,7 +499,7 @@ class PS_OT_restyle(bpy.types.Operator):
             self.report({"ERROR"}, str(e))
             return self._finish(context)
         if shot.error is not None:
-            self.report({"ERROR"}, str(shot.error))
+            self.report({"ERROR"}, error_text(shot.error))
             return self._finish(context)
         context.window_manager.progress_update(self._done)
         step = (f", frame {shot.last_progress[0]} step {shot.last_progress[1]}/"

@@ -6,19 +6,67 @@ one; a failed write leaves nothing behind.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import tempfile
 from pathlib import Path
+
+TMP_MARK = ".tmp"  # in every temp file's name: a killed run's leftovers are found by it
+
+
+@functools.cache
+def _umask() -> int:
+    """The process umask, read without changing it where the OS allows (thread-safe)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # elsewhere: the classic read-by-setting, once
+    os.umask(mask)
+    return mask
+
+
+def temp_file_for(path: Path, suffix: str = "") -> str:
+    """A new empty temp file beside ``path`` with the permissions a plain ``open``
+    would give (``mkstemp`` makes it 0600: a farm's other users could not read the
+    results). Returns its name; the caller fills it and ``os.replace``-s it."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
+                               suffix=f"{TMP_MARK}{suffix}")
+    os.close(fd)
+    try:
+        os.chmod(tmp, 0o666 & ~_umask())
+    except OSError:  # a filesystem without modes: keep what it gave
+        pass
+    return tmp
+
+
+def remove_stale_temps(folder: str | os.PathLike, older_than_s: float = 900.0) -> int:
+    """Delete the temp files a killed run left in ``folder`` and its sub-folders
+    (hidden, with the temp mark) not touched for ``older_than_s``; returns how many.
+    The age test spares the files other processes (farm chunks) are writing now."""
+    import time
+
+    n, cutoff = 0, time.time() - older_than_s
+    for f in Path(folder).rglob(f".*{TMP_MARK}*"):
+        try:
+            if f.is_file() and f.stat().st_mtime < cutoff:
+                f.unlink()
+                n += 1
+        except OSError:  # gone already (its writer finished), or not ours to delete
+            pass
+    return n
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     """Write UTF-8 ``text`` (LF line ends) to ``path`` atomically; folders made."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = temp_file_for(path)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+        with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
             fh.write(text)
         os.replace(tmp, path)
     except BaseException:
@@ -42,3 +90,25 @@ def read_json(path: str | os.PathLike, what: str) -> dict:
     if not isinstance(data, dict):
         raise ValueError(f"{what} {path} is not a JSON object: delete it to start over")
     return data
+
+
+class UnwritableOutput(ValueError):
+    """An output folder or file that cannot be written; the message names the fix."""
+
+
+def check_writable(path: str | os.PathLike, what: str, *, folder: bool = True) -> Path:
+    """Make sure ``path`` (a folder, or with ``folder=False`` a file) can be written
+    before any work starts: its folder is made and a probe file written and removed.
+    Raises :class:`UnwritableOutput` naming the path and the fix."""
+    path = Path(path)
+    target = path if folder else path.parent
+    try:
+        if not folder and path.is_dir():
+            raise IsADirectoryError(21, "is a folder")
+        target.mkdir(parents=True, exist_ok=True)
+        Path(temp_file_for(target / ".write-test")).unlink()
+    except OSError as e:
+        why = e.strerror or str(e)
+        raise UnwritableOutput(f"cannot write the {what} {str(path)!r} ({why}): choose a "
+                               "folder you can write to") from None
+    return path
