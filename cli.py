@@ -162,6 +162,8 @@ def cmd_passes(args: argparse.Namespace) -> int:
     check_writable(args.out, "--out folder")
     bpy.ops.wm.open_mainfile(filepath=str(shot))
     scene = bpy.context.scene
+    if args.camera:
+        _use_camera(scene, args.camera)
     frames = _parse_frames(args.frames) if args.frames else range(scene.frame_start,
                                                                    scene.frame_end + 1)
     opts = PassOptions(frames=frames, width=width, height=height, engine=args.engine,
@@ -174,6 +176,24 @@ def cmd_passes(args: argparse.Namespace) -> int:
           f"written now) in {summary['out']} "
           f"(near {summary['near']:.3f} m, far {summary['far']:.3f} m)")
     return 0
+
+
+def _use_camera(scene, name: str) -> None:
+    """``--camera``: "auto" adds a camera following the character (not saved into
+    the .blend); another value names the camera object to render through."""
+    import bpy
+
+    if name == "auto":
+        from .addon.blender.auto_camera import add_follow_camera
+
+        add_follow_camera(scene)
+        return
+    cam = bpy.data.objects.get(name)
+    if cam is None or cam.type != "CAMERA":
+        have = sorted(o.name for o in bpy.data.objects if o.type == "CAMERA")
+        raise BadInput(f"--camera {name!r} is not a camera in this file (cameras: "
+                       f"{', '.join(have) or 'none'}; or --camera auto)")
+    scene.camera = cam
 
 
 def _frame_bar(total: int):
@@ -247,6 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_.add_argument("--passes", default="depth,normal,skeleton,mask,parts,motion",
                     help="comma list of depth,normal,skeleton,mask,parts,motion,beauty")
     p_.add_argument("--out", required=True, help="output folder (re-running resumes)")
+    p_.add_argument("--camera", help="camera object to render through, or 'auto': a "
+                    "three-quarter camera following the character (default: the scene's)")
     p_.set_defaults(func=cmd_passes)
 
     from .backend.commands import add_commands

@@ -176,6 +176,26 @@ class PS_OT_preview_pass(bpy.types.Operator):
         return {"FINISHED"}
 
 
+class PS_OT_add_camera(bpy.types.Operator):
+    """Add a three-quarter camera that frames the character and follows its hips,
+    and make it the scene camera"""
+
+    bl_idname = "painted_skin.add_camera"
+    bl_label = "Add Camera"
+    bl_options = {"REGISTER", "UNDO"}
+
+    def execute(self, context):
+        from .auto_camera import add_follow_camera
+
+        try:
+            cam = add_follow_camera(context.scene)
+        except ShotError as e:
+            self.report({"ERROR"}, str(e))
+            return {"CANCELLED"}
+        self.report({"INFO"}, f"scene camera: {cam.name}")
+        return {"FINISHED"}
+
+
 class PS_PT_passes(bpy.types.Panel):
     bl_idname = "PS_PT_passes"
     bl_label = "Passes"
@@ -194,13 +214,16 @@ class PS_PT_passes(bpy.types.Panel):
         for p in PASSES:
             grid.prop(s, f"use_{p}")
         col.prop(s, "out_dir")
+        if context.scene.camera is None:
+            col.operator("painted_skin.add_camera", icon="CAMERA_DATA")
         col.operator("painted_skin.render_passes", icon="RENDER_ANIMATION")
         row = col.row(align=True)
         row.prop(s, "preview", text="")
         row.operator("painted_skin.preview_pass", icon="IMAGE_DATA")
 
 
-CLASSES = (PS_PassesSettings, PS_OT_render_passes, PS_OT_preview_pass, PS_PT_passes)
+CLASSES = (PS_PassesSettings, PS_OT_render_passes, PS_OT_preview_pass, PS_OT_add_camera,
+           PS_PT_passes)
 
 
 def register() -> None:

@@ -13,7 +13,9 @@ def camera_for(scene: bpy.types.Scene, cam_obj: bpy.types.Object | None = None,
     """The scene camera at the current frame as a :class:`Camera`."""
     cam_obj = cam_obj or scene.camera
     if cam_obj is None or cam_obj.type != "CAMERA":
-        raise ValueError("the scene has no camera: add one and set it as the scene camera")
+        raise ValueError("the scene has no camera: add one and set it as the scene camera, "
+                         "or let Painted Skin add one that follows the character "
+                         "(painted-skin passes --camera auto; Passes panel > Add Camera)")
     r = scene.render
     w = width or int(r.resolution_x * r.resolution_percentage / 100)
     h = height or int(r.resolution_y * r.resolution_percentage / 100)
