@@ -202,6 +202,8 @@ class Job:
     shm: bool = False  # some passes are views of the client's shared memory
     slot: tuple[protocol.ShmSegment, int, int] | None = None  # (segment, offset, generation)
     load: bool = False  # not a frame: load the session's pipeline, then answer its OPEN
+    carry: dict[str, np.ndarray] | None = None  # the previous frame, for a temporal session
+    carry_frame: int | None = None
 
     def fresh(self) -> bool:
         """Its shared-memory slot still holds this frame (the client has not reused it)."""
@@ -669,6 +671,17 @@ class Server:
             raise ProtocolError(protocol.E_BAD_MESSAGE, "frame: 'frame' must be an integer "
                                                         ">= 0", msg.id)
         arrays, slot = self._shm_arrays(s, msg) if msg.shm else (msg.arrays, None)
+        carry = {k: a for k, a in arrays.items() if k.startswith("carry_")}
+        arrays = {k: a for k, a in arrays.items() if k not in carry}
+        carry_frame = msg.header.get("carry_frame")
+        if carry or carry_frame is not None:
+            from .diffusion import carry as carry_mod  # numpy only (torch on restore)
+
+            problem = carry_mod.check(carry, s.width, s.height)
+            if problem is None and not (is_int(carry_frame) and 0 <= carry_frame < frame):
+                problem = "'carry_frame' must be an integer below 'frame'"
+            if problem:
+                raise ProtocolError(protocol.E_BAD_ARRAY, f"frame: {problem}", msg.id)
         for name, a in arrays.items():
             spec = PASSES.get(name)
             if spec is None:
@@ -688,7 +701,8 @@ class Server:
                                                  f"outstanding, credits are {self.cfg.credits}; "
                                                  f"wait for a result", msg.id)
         job = Job(s, frame, _clean(msg.id), dict(arrays), frame_seed(s.seed, frame),
-                  time.monotonic(), shm=bool(msg.shm), slot=slot)
+                  time.monotonic(), shm=bool(msg.shm), slot=slot, carry=carry or None,
+                  carry_frame=carry_frame if carry else None)
         s.outstanding[frame] = job
         with self._cond:
             s.queue.append(job)
@@ -829,8 +843,8 @@ class Server:
                 continue
             del s.outstanding[job.frame]
             if kind == "result":
-                rgb, timings, cached = rest
-                self._send(s.route, reply(protocol.RESULT, {"rgb": rgb}, session=s.name,
+                rgb, timings, cached, extra = rest
+                self._send(s.route, reply(protocol.RESULT, {"rgb": rgb, **extra}, session=s.name,
                                           frame=job.frame, seed=job.seed, timings=timings,
                                           cached=cached, ref=job.ref))
             else:
@@ -998,6 +1012,11 @@ class Server:
                 # session state beyond this call: give it copies, not views of the slot
                 passes = {k: np.array(v) for k, v in passes.items()}
 
+            if job.carry and getattr(pipe, "stateful", False):
+                from .diffusion import carry as carry_mod
+
+                carry_mod.restore(pipe, s.state, job.carry_frame, job.carry)
+
             def callback(step: int, steps: int) -> bool:
                 if progress and not job.cancelled:
                     self._post(wake, "progress", job, step, steps)
@@ -1023,7 +1042,12 @@ class Server:
             rgb = out
         timings = {"queue_ms": round(queue_ms, 3),
                    "compute_ms": round((time.monotonic() - t0) * 1000.0, 3)}
-        self._post(wake, "result", job, rgb, timings, cached)
+        extra: dict[str, np.ndarray] = {}
+        if temporal and not cached:  # what the client keeps to resume the chain exactly
+            from .diffusion import carry as carry_mod
+
+            extra = carry_mod.arrays_of(s.state)
+        self._post(wake, "result", job, rgb, timings, cached, extra)
 
 
 if __name__ == "__main__":

@@ -237,6 +237,36 @@ def test_frame_bad_arrays(serve, client, arrays, words):
     assert m.type in (P.PROGRESS, P.RESULT)
 
 
+_RGB, _DEPTH = np.zeros((16, 16, 3), np.uint8), np.zeros((16, 16), np.float32)
+
+
+@pytest.mark.parametrize("arrays, header, words", [
+    ({"carry_rgb": _RGB}, {"carry_frame": 4}, "needs carry_rgb and carry_depth"),
+    ({"carry_rgb": _RGB[:8], "carry_depth": _DEPTH}, {"carry_frame": 4}, "carry_rgb must be"),
+    ({"carry_rgb": _RGB, "carry_depth": _DEPTH, "carry_latents": np.zeros((1, 4, 64, 64),
+                                                                          np.float32)},
+     {"carry_frame": 4}, "latents"),
+    ({"carry_rgb": _RGB, "carry_depth": _DEPTH, "carry_x": _DEPTH}, {"carry_frame": 4},
+     "unknown carry"),
+    ({"carry_rgb": _RGB, "carry_depth": _DEPTH}, {"carry_frame": 5}, "below 'frame'"),
+    ({"carry_rgb": _RGB, "carry_depth": _DEPTH}, {}, "below 'frame'"),
+])
+def test_frame_bad_carry(serve, client, arrays, header, words):
+    """A temporal frame may carry the previous one (resume): checked like the passes."""
+    _, ep = serve()
+    c = client(ep)
+    c.request(P.OPEN, session="s", width=16, height=16)
+    m = c.request(P.FRAME, arrays, session="s", frame=5, **header)
+    assert m.type == P.ERROR and m.header["code"] == P.E_BAD_ARRAY, m.header
+    assert words in m.header["message"]
+    ok = {"carry_rgb": _RGB, "carry_depth": _DEPTH,
+          "carry_latents": np.zeros((1, 4, 2, 2), np.float16)}
+    m = c.request(P.FRAME, ok, session="s", frame=6, carry_frame=5)  # fine (echo: ignored)
+    while m.type == P.PROGRESS:
+        m = c.recv()
+    assert m.type == P.RESULT and list(m.arrays) == ["rgb"]
+
+
 def test_unknown_session_and_close(serve, client):
     _, ep = serve()
     c = client(ep)

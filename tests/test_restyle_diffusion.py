@@ -72,3 +72,37 @@ def test_demo_shot_restyled_by_the_tiny_diffusion_pipeline(backend, bpy_clean, t
                          pipeline="sd15-controlnet", prompt="a painted knight", seed=3,
                          options=options, timeout_s=120)
     assert again["written"] == 0 and again["skipped"] == 3
+
+
+def test_a_resumed_temporal_shot_is_the_uninterrupted_one(backend, bpy_clean, tmp_path):
+    """Each temporal frame warps the previous one: a resumed run (here on a freshly
+    started backend, whose session state is empty) continues the chain from the
+    carried previous frame, bit for bit."""
+    from painted_skin.addon.blender.image_io import read_image
+    from painted_skin.addon.blender.restyle import (
+        carry_path,
+        restyle_shot,
+        start_local_backend,
+    )
+    from painted_skin.addon.blender.retarget_api import retarget_clip
+    from painted_skin.rigs.character import build_demo_character, setup_demo_scene
+
+    url, _ = backend
+    arm = build_demo_character()
+    setup_demo_scene(arm)
+    retarget_clip(gen.write_clip(tmp_path / "walk.bvh", "walk", frames=10, fps=24), arm)
+    scene = bpy_clean.context.scene
+    kw = dict(size=64, pipeline="sd15-controlnet", prompt="a painted knight", seed=5,
+              options={"tiny": True, "steps": 2, "scheduler": "lcm", "temporal": True},
+              timeout_s=120)
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    restyle_shot(scene, whole, url, frames=range(2, 8), **kw)
+    restyle_shot(scene, parts, url, frames=range(2, 5), **kw)
+    assert carry_path(parts, 4).exists()
+    start_local_backend(str(BACKEND_PY), url, timeout_s=120)  # a new process: no state
+    resumed = restyle_shot(scene, parts, url, frames=range(2, 8), **kw)
+    assert (resumed["skipped"], resumed["written"]) == (3, 3)
+    for f in range(2, 8):
+        a = read_image(whole / "restyled" / f"{f:04d}.png")
+        b = read_image(parts / "restyled" / f"{f:04d}.png")
+        assert np.array_equal(a, b), f"frame {f} differs after the resume"

@@ -113,6 +113,7 @@ class Result:
     timings: dict
     cached: bool
     header: dict
+    extra: dict = field(default_factory=dict)  # other arrays (carry_latents: temporal mode)
 
 
 @dataclass
@@ -135,6 +136,10 @@ class Shot:
     resent: int = 0
     last_progress: tuple[int, int, int] | None = None
     started: float = field(default_factory=time.monotonic)
+    # Temporal sessions: the previous frame's carry arrays for frame f (None: none), sent
+    # with the first frame after every (re)open, whose backend state starts empty.
+    carry_for: Callable[[int], Arrays | None] | None = None
+    fresh_state: bool = True
 
     @property
     def done(self) -> bool:
@@ -247,6 +252,7 @@ class BackendClient:
         self._session: dict | None = None  # OPEN fields (without id), kept to re-open
         self._refs: list[np.ndarray] = []
         self._opened = False
+        self._frames_sent_in_session = 0
         self._open_id: str | None = None
         self._open_error: BackendError | None = None
         self.credits = 1
@@ -480,22 +486,28 @@ class BackendClient:
     # -- streaming ------------------------------------------------------------------------
 
     def start_shot(self, frames: Iterable[tuple[int, Arrays]], on_result: OnResult,
-                   on_progress: OnProgress | None = None) -> Shot:
+                   on_progress: OnProgress | None = None,
+                   carry_for: Callable[[int], Arrays | None] | None = None) -> Shot:
         """Begin streaming ``frames`` ((frame, arrays) pairs, pulled lazily as credits
-        allow) through the open session; drive it with :meth:`poll_once`."""
+        allow) through the open session; drive it with :meth:`poll_once`.
+        ``carry_for(f)``: the arrays restoring a temporal session's state as after
+        frame f - 1 (see ``backend/diffusion/carry.py``), sent with the first frame
+        after each (re)open, so a backend restart does not break the chain."""
         if self._session is None:
             raise BackendError("no_session", "open() a session before a shot")
         if self.shot is not None and not self.shot.done:
             raise BackendError("busy", "a shot is already running on this client")
         self._mark_busy()
-        self.shot = Shot(iter(frames), on_result, on_progress)
+        self.shot = Shot(iter(frames), on_result, on_progress, carry_for=carry_for)
+        self.shot.fresh_state = not self._opened or self._frames_sent_in_session == 0
         return self.shot
 
     def run_shot(self, frames: Iterable[tuple[int, Arrays]], on_result: OnResult,
                  on_progress: OnProgress | None = None,
-                 cancelled: Callable[[], bool] | None = None) -> dict:
+                 cancelled: Callable[[], bool] | None = None,
+                 carry_for: Callable[[int], Arrays | None] | None = None) -> dict:
         """Blocking: stream a whole shot (headless; bpy module mode has no timers)."""
-        shot = self.start_shot(frames, on_result, on_progress)
+        shot = self.start_shot(frames, on_result, on_progress, carry_for)
         while not shot.done:
             if cancelled is not None and not shot.cancelled and cancelled():
                 self.cancel()
@@ -618,6 +630,13 @@ class BackendClient:
         mid = P.new_id()
         self._ids[mid] = f
         fields = {"id": mid, "session": self._session_id(), "frame": f}
+        self._frames_sent_in_session += 1
+        shot = self.shot
+        if shot is not None and shot.fresh_state:
+            shot.fresh_state = False  # from this frame on the backend's state follows
+            carry = shot.carry_for(f) if shot.carry_for is not None and f > 0 else None
+            if carry:
+                arrays, fields["carry_frame"] = {**arrays, **carry}, f - 1
         if self.shm_active and self._ring is not None and self.shot is not None:
             placed = self._ring.place(self.shot, f, arrays)
             if placed is not None:
@@ -649,6 +668,9 @@ class BackendClient:
         if msg.type == P.OPENED:
             if not self._opened and self._session is not None:
                 self._opened = True
+                self._frames_sent_in_session = 0  # a new backend session: empty state
+                if self.shot is not None:
+                    self.shot.fresh_state = True
                 self.credits = max(1, int(h.get("credits", 1)))
                 self.shm_active = h.get("shm") is True and self._ring is not None
                 if self.shm_active and self._ring is not None and self._ring.slots < self.credits:
@@ -689,8 +711,9 @@ class BackendClient:
                                       frame=f)
             return
         h = msg.header
+        extra = {k: a for k, a in msg.arrays.items() if k != "rgb"}
         shot.on_result(Result(f, rgb, h.get("seed"), h.get("timings") or {},
-                              bool(h.get("cached", False)), h))
+                              bool(h.get("cached", False)), h, extra))
 
     def _on_error(self, msg: P.Message) -> None:
         err = _error(msg)

@@ -29,7 +29,7 @@ import bpy
 import numpy as np
 from bpy.props import BoolProperty, FloatProperty, IntProperty, StringProperty
 
-from ..core.atomic import check_writable, read_json, write_json_atomic
+from ..core.atomic import check_writable, read_json, write_json_atomic, write_npy_atomic
 from .classes import register_classes, unregister_classes
 from .client import DEFAULT_URL, BackendClient, BackendError, BackendUnavailable, Result
 from .out_paths import PATH_OPTIONS, UnwritableOutput, output_folder
@@ -37,6 +37,7 @@ from .passes import DEFAULT_PASSES, PassOptions, iter_frames, shot_depth_range
 from .shot_geometry import ShotError, ShotGeometry
 
 RESTYLED = "restyled"
+CARRY = "carry"
 SETTINGS_FILE = "restyle.json"
 RESULT_IMAGE = "Painted Skin Restyled"
 VSE_STRIP = "Painted Skin Restyled"
@@ -58,6 +59,57 @@ def result_path(out: Path, f: int) -> Path:
 
 def frame_done(out: Path, f: int) -> bool:
     return result_path(out, f).exists()
+
+
+def carry_path(out: Path, f: int) -> Path:
+    """A temporal frame's final latents (``carry/####.npy``): what resumes the chain."""
+    return Path(out) / CARRY / f"{f:04d}.npy"
+
+
+class CarrySource:
+    """``carry_for`` of a shot (see :meth:`BackendClient.start_shot`): frame f - 1's
+    restyled RGB (its PNG), final latents (its ``carry`` file) and depth (kept from
+    the passes sent, or computed again: the same arrays), so a resumed run or a
+    restarted backend continues a temporal chain exactly. None where f - 1 has no
+    carry (not temporal, not done, or a fresh start)."""
+
+    KEEP = 8  # depths of the most recent frames sent
+
+    def __init__(self, scene: bpy.types.Scene, out: Path, width: int, height: int,
+                 engine: str = "fast") -> None:
+        self.scene, self.out, self.size, self.engine = scene, Path(out), (width, height), engine
+        self.depths: dict[int, np.ndarray] = {}
+
+    def remembering(self, frames: Iterator[tuple[int, dict]]) -> Iterator[tuple[int, dict]]:
+        """Pass ``frames`` on, keeping the last few frames' depth."""
+        for f, arrays in frames:
+            self.depths[f] = arrays["depth"]
+            while len(self.depths) > self.KEEP:
+                del self.depths[min(self.depths)]
+            yield f, arrays
+
+    def __call__(self, f: int) -> dict[str, np.ndarray] | None:
+        from .image_io import read_image
+
+        prev = f - 1
+        lat = carry_path(self.out, prev)
+        if not (lat.exists() and frame_done(self.out, prev)):
+            return None
+        try:
+            latents = np.load(lat, allow_pickle=False)
+            rgb = read_image(result_path(self.out, prev))[..., :3]
+        except (OSError, ValueError):
+            return None  # damaged: the chain starts afresh here, as before carries existed
+        depth = self.depths.get(prev)
+        if depth is None:
+            frame_now = self.scene.frame_current
+            try:
+                _, arrays = next(shot_frames(self.scene, [prev], *self.size, self.engine))
+            finally:
+                self.scene.frame_set(frame_now)
+            depth = arrays["depth"]
+        return {"carry_rgb": np.ascontiguousarray(rgb, np.uint8), "carry_depth": depth,
+                "carry_latents": latents}
 
 
 # -- passes on the wire ------------------------------------------------------------------------
@@ -176,6 +228,7 @@ def restyle_shot(scene: bpy.types.Scene, out_dir: str | Path, url: str = DEFAULT
         client = BackendClient(url, keys=keys, timeout_s=timeout_s, on_dead=on_dead)
     frame_now = scene.frame_current
     t0 = time.monotonic()
+    carry = CarrySource(scene, out, width, height, engine)
 
     def on_result(r: Result) -> None:
         nonlocal done
@@ -188,8 +241,8 @@ def restyle_shot(scene: bpy.types.Scene, out_dir: str | Path, url: str = DEFAULT
     try:
         client.open(pipeline, width, height, prompt=prompt, negative_prompt=negative_prompt,
                     seed=seed, options=options, refs=refs)
-        run = client.run_shot(shot_frames(scene, todo, width, height, engine), on_result,
-                              cancelled=cancelled)
+        run = client.run_shot(carry.remembering(shot_frames(scene, todo, width, height, engine)),
+                              on_result, cancelled=cancelled, carry_for=carry)
         summary["dropped"] = run["dropped"]
         summary["reconnects"] = run["reconnects"]
     finally:
@@ -201,13 +254,17 @@ def restyle_shot(scene: bpy.types.Scene, out_dir: str | Path, url: str = DEFAULT
 
 
 def write_result(out: Path, r: Result, width: int, height: int) -> Path:
-    """Write one returned frame atomically (PNG, top row first)."""
+    """Write one returned frame atomically (PNG, top row first); a temporal frame's
+    latents first (the PNG marks the frame done)."""
     from .image_io import write_png
 
     rgb = np.asarray(r.rgb)
     if rgb.dtype != np.uint8 or rgb.shape != (height, width, 3):
         raise BackendError("bad_array", f"frame {r.frame}: expected uint8 ({height}, {width}, "
                                         f"3), got {rgb.dtype} {rgb.shape}", frame=r.frame)
+    latents = r.extra.get("carry_latents")
+    if latents is not None:
+        write_npy_atomic(carry_path(out, r.frame), latents)
     return write_png(result_path(out, r.frame), rgb)
 
 
@@ -465,8 +522,9 @@ class PS_OT_restyle(bpy.types.Operator):
             self._client.open(args.pop("pipeline"), s.width, s.height, wait=False, **args)
             (self._out / RESTYLED).mkdir(parents=True, exist_ok=True)
             w, h = s.width, s.height
-            self._client.start_shot(shot_frames(scene, todo, w, h),
-                                    lambda r: self._on_result(r, w, h))
+            carry = CarrySource(scene, self._out, w, h)
+            self._client.start_shot(carry.remembering(shot_frames(scene, todo, w, h)),
+                                    lambda r: self._on_result(r, w, h), carry_for=carry)
         except (ShotError, BackendError, UnwritableOutput, OSError) as e:
             if getattr(self, "_client", None) is not None:
                 self._client.close()

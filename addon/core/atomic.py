@@ -112,3 +112,20 @@ def check_writable(path: str | os.PathLike, what: str, *, folder: bool = True) -
         raise UnwritableOutput(f"cannot write the {what} {str(path)!r} ({why}): choose a "
                                "folder you can write to") from None
     return path
+
+
+def write_npy_atomic(path: str | os.PathLike, array) -> Path:
+    """Save a numpy array (``np.save`` format, no pickles) to ``path`` atomically."""
+    import numpy as np
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_file_for(path)
+    try:
+        with open(tmp, "wb") as fh:
+            np.save(fh, np.asarray(array), allow_pickle=False)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
