@@ -169,7 +169,19 @@ def cmd_passes(args: argparse.Namespace) -> int:
     opts = PassOptions(frames=frames, width=width, height=height, engine=args.engine,
                        passes=passes)
     bar = _frame_bar(len(frames))
-    summary = make_passes(scene, opts, Path(args.out), progress=bar)
+    out = Path(args.out)
+    shown = next((sub for p, sub in (("normal", "normal_color"), ("depth", "depth16"),
+                                     ("mask", "mask"), ("skeleton", "skeleton"),
+                                     ("parts", "parts_color")) if p in passes), None)
+
+    def progress(done: int, total: int, frame: int) -> None:
+        if bar:
+            bar(done, total, frame)
+        image = out / shown / f"{frame:04d}.png" if shown else None
+        if done and image is not None and image.exists():
+            print(f"Saved: '{image}'", flush=True)  # what Flamenco/Deadline show per frame
+
+    summary = make_passes(scene, opts, out, progress=progress)
     for w in summary["warnings"]:
         print(f"warning: {w}", file=sys.stderr)
     print(f"passes: {summary['done']}/{summary['frames']} frames done ({summary['written']} "
@@ -194,6 +206,104 @@ def _use_camera(scene, name: str) -> None:
         raise BadInput(f"--camera {name!r} is not a camera in this file (cameras: "
                        f"{', '.join(have) or 'none'}; or --camera auto)")
     scene.camera = cam
+
+
+def _parse_options(text: str | None) -> dict:
+    """``--options``: a JSON object, or a .json / .toml file holding one."""
+    import json
+
+    if not text:
+        return {}
+    path = Path(text)
+    try:
+        if path.suffix.lower() in (".json", ".toml") and path.is_file():
+            if path.suffix.lower() == ".toml":
+                import tomllib
+
+                data = tomllib.loads(path.read_text())
+            else:
+                data = json.loads(path.read_text())
+        else:
+            data = json.loads(text)
+    except (OSError, ValueError) as e:
+        raise BadInput(f"--options {text!r}: {e} (give a JSON object, e.g. "
+                       "'{\"steps\": 4}', or a .json/.toml file)") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"--options {text!r} is not a JSON object / TOML table")
+    return data
+
+
+def cmd_restyle(args: argparse.Namespace) -> int:
+    import signal
+
+    import bpy
+
+    from .addon.blender.client import BackendError, BackendUnavailable
+    from .addon.blender.image_io import read_image
+    from .addon.blender.restyle import (
+        restyle_shot,
+        result_path,
+        start_local_backend,
+        stop_local_backend,
+    )
+
+    shot = Path(args.shot)
+    if not shot.is_file() or shot.suffix.lower() != ".blend":
+        raise BadInput(f"{str(shot)!r} is not a .blend file: give the shot to restyle")
+    width, height = _parse_size(args.size)
+    options = _parse_options(args.options)
+    refs = []
+    for ref in args.ref or ():
+        try:
+            img = read_image(ref)
+        except OSError as e:
+            raise BadInput(f"--ref {ref!r}: {e}") from None
+        refs.append(img[..., :3] if img.ndim == 3 else img[..., None].repeat(3, -1))
+    check_writable(args.out, "--out folder")
+    bpy.ops.wm.open_mainfile(filepath=str(shot))
+    scene = bpy.context.scene
+    if args.camera:
+        _use_camera(scene, args.camera)
+    frames = _parse_frames(args.frames) if args.frames else range(scene.frame_start,
+                                                                   scene.frame_end + 1)
+    stop = {"asked": False}
+
+    def on_int(*_: object) -> None:  # Ctrl-C / a farm's stop: finish cleanly, keep frames
+        stop["asked"] = True
+
+    old = signal.signal(signal.SIGINT, on_int)
+    bar = _frame_bar(len(frames))
+    out = Path(args.out)
+
+    def progress(done: int, total: int, frame: int) -> None:
+        if bar:
+            bar(done, total, frame)
+        if result_path(out, frame).exists() and done:
+            print(f"Saved: '{result_path(out, frame)}'", flush=True)  # Flamenco/Deadline
+
+    try:
+        if args.start_backend:
+            start_local_backend(args.start_backend, args.url, timeout_s=120.0)
+        summary = restyle_shot(scene, out, args.url, frames=frames, size=(width, height),
+                               pipeline=args.pipeline, prompt=args.prompt, seed=args.seed,
+                               negative_prompt=args.negative_prompt, options=options,
+                               refs=refs, keys=args.keys, timeout_s=args.timeout,
+                               progress=progress, cancelled=lambda: stop["asked"])
+    except BackendUnavailable as e:
+        print(f"painted-skin: error: {e} (start one: painted-skin serve --bind {args.url}; "
+              "or pass --start-backend PYTHON)", file=sys.stderr)
+        return 1
+    except BackendError as e:
+        print(f"painted-skin: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT if e.code == "bad_message" else 1
+    finally:
+        signal.signal(signal.SIGINT, old)
+        if args.start_backend:
+            stop_local_backend()
+    done = summary["skipped"] + summary["written"]
+    print(f"restyle: {done}/{summary['frames']} frames done ({summary['written']} written "
+          f"now, {summary['dropped']} dropped) in {summary['out']}")
+    return 130 if stop["asked"] else 0
 
 
 def _frame_bar(total: int):
@@ -270,6 +380,28 @@ def build_parser() -> argparse.ArgumentParser:
     p_.add_argument("--camera", help="camera object to render through, or 'auto': a "
                     "three-quarter camera following the character (default: the scene's)")
     p_.set_defaults(func=cmd_passes)
+
+    rs = sub.add_parser("restyle", help="restyle a shot's frames through a backend")
+    rs.add_argument("shot", help="SHOT.blend (a character with an action, and a camera)")
+    rs.add_argument("--out", required=True, help="output folder (re-running resumes)")
+    rs.add_argument("--frames", help="FIRST-LAST (default: the scene's range)")
+    rs.add_argument("--size", default="512x512", help="WIDTHxHEIGHT")
+    rs.add_argument("--pipeline", default="sd15-controlnet", help="backend pipeline")
+    rs.add_argument("--prompt", default="")
+    rs.add_argument("--negative-prompt", default="")
+    rs.add_argument("--seed", type=int, default=0, help="shot seed (per frame: seed, frame)")
+    rs.add_argument("--options", help="pipeline options: a JSON object or a .json/.toml file")
+    rs.add_argument("--ref", action="append", help="reference image (IP-Adapter); repeatable")
+    rs.add_argument("--camera", help="camera object, or 'auto' (see passes --camera)")
+    rs.add_argument("--url", default="tcp://127.0.0.1:5555", help="backend address")
+    rs.add_argument("--keys", help="CurveZMQ keys folder, for a backend on another machine")
+    rs.add_argument("--start-backend", metavar="PYTHON",
+                    help="start a local backend with this Python (painted-skin[backend]) "
+                         "for the run, and stop it after")
+    rs.add_argument("--timeout", type=float, default=30.0,
+                    help="seconds of silence before giving up on the backend (a model "
+                         "loading answers heartbeats: it is waited for)")
+    rs.set_defaults(func=cmd_restyle)
 
     from .backend.commands import add_commands
     from .backend.diffusion.engine_cli import add_commands as add_engine_commands

@@ -125,6 +125,7 @@ def test_cli_passes_and_bad_input(shot_blend, tmp_path, capsys, bpy_clean):
                    "--passes", "depth,mask,motion", "--out", str(out)])
     assert rc == 0
     assert sorted(p.name for p in (out / "motion").iterdir()) == ["0002.exr", "0003.exr"]
+    assert capsys.readouterr().out.count("Saved: '") == 2  # a farm manager's per-frame line
     assert cli.main(["passes", str(shot_blend), "--frames", "9-3", "--out", str(out)]) == 2
     assert "reversed" in capsys.readouterr().err
     assert cli.main(["passes", str(tmp_path / "none.blend"), "--out", str(out)]) == 2

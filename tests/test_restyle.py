@@ -221,3 +221,27 @@ def test_modal_operator_progress_cancel_resume(restyle_registered, shot_blend, b
     assert all(restyle.frame_done(tmp_path, f) for f in range(1, 9))
     assert ctx.window_manager.progress[0] == len(done)
     assert bpy.data.images[restyle.RESULT_IMAGE].source == "SEQUENCE"
+
+
+def test_cli_restyle_headless(serve, bpy_clean, tmp_path, capsys) -> None:
+    """``painted-skin restyle``: a TD's / farm's way to restyle a shot without Blender's UI."""
+    from conftest import demo_walk_blend
+    from painted_skin import cli
+
+    shot = demo_walk_blend(tmp_path / "shot", frames=6)
+    _, ep = serve()
+    out = tmp_path / "r"
+    argv = ["restyle", str(shot), "--out", str(out), "--frames", "2-4", "--size", "32x32",
+            "--pipeline", "echo", "--url", ep, "--seed", "3", "--options", '{"steps": 2}']
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert sorted(p.name for p in (out / "restyled").iterdir()) == [
+        "0002.png", "0003.png", "0004.png"]
+    assert printed.count("Saved: '") == 3 and "3/3 frames done (3 written now" in printed
+    assert cli.main(argv) == 0 and "(0 written now" in capsys.readouterr().out  # resumes
+    assert cli.main([*argv[:-1], "{not json"]) == 2
+    assert "--options" in capsys.readouterr().err
+    dead = ["restyle", str(shot), "--out", str(tmp_path / "d"), "--frames", "1-1", "--size",
+            "32x32", "--pipeline", "echo", "--url", "tcp://127.0.0.1:9", "--timeout", "1"]
+    assert cli.main(dead) == 1
+    assert "--start-backend" in capsys.readouterr().err
