@@ -245,3 +245,28 @@ def test_cli_restyle_headless(serve, bpy_clean, tmp_path, capsys) -> None:
             "32x32", "--pipeline", "echo", "--url", "tcp://127.0.0.1:9", "--timeout", "1"]
     assert cli.main(dead) == 1
     assert "--start-backend" in capsys.readouterr().err
+
+
+def test_panel_fields_become_pipeline_options(bpy_clean) -> None:
+    import painted_skin
+    from painted_skin.addon.blender.restyle import restyle_args
+    from painted_skin.addon.blender.shot_geometry import ShotError
+
+    painted_skin.register()
+    try:
+        s = bpy_clean.context.scene.painted_skin_restyle
+        s.pipeline, s.model, s.steps, s.temporal, s.cross_frame = "sd15-controlnet", "tiny", 6, \
+            False, "first"
+        s.extra_options = '{"scheduler": "lcm", "steps": 8}'
+        args = restyle_args(s)
+        assert args["pipeline"] == "sd15-controlnet"
+        assert args["options"] == {"steps": 8, "temporal": False, "model": "tiny",
+                                   "cross_frame": "first", "scheduler": "lcm"}
+        s.extra_options = "[1, 2]"
+        with pytest.raises(ShotError, match="JSON object"):
+            restyle_args(s)
+        s.extra_options = "{oops"
+        with pytest.raises(ShotError, match="not valid JSON"):
+            restyle_args(s)
+    finally:
+        painted_skin.unregister()

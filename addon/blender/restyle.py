@@ -27,7 +27,7 @@ from pathlib import Path
 
 import bpy
 import numpy as np
-from bpy.props import BoolProperty, FloatProperty, IntProperty, StringProperty
+from bpy.props import BoolProperty, EnumProperty, FloatProperty, IntProperty, StringProperty
 
 from ..core.atomic import check_writable, read_json, write_json_atomic, write_npy_atomic
 from .classes import register_classes, unregister_classes
@@ -388,6 +388,20 @@ class PS_RestyleSettings(bpy.types.PropertyGroup):
     url: StringProperty(name="URL", default="",
                         description="Backend address (empty: the add-on preferences' URL)")
     pipeline: StringProperty(name="Pipeline", default="echo")
+    model: StringProperty(name="Model", default="",
+                          description="Model registry name (empty: the pipeline's default)")
+    steps: IntProperty(name="Steps", default=4, min=1, max=100,
+                       description="Denoising steps (4-8 with a few-step scheduler)")
+    temporal: BoolProperty(name="Temporal", default=True,
+                           description="Start each frame from the previous one warped by the "
+                                       "motion vectors (steadier frames)")
+    cross_frame: EnumProperty(name="Cross-Frame", default="off", items=[
+        ("off", "Off", "Plain attention"),
+        ("first", "First Frame", "Every frame also attends to the shot's first frame"),
+        ("previous", "Previous Frame", "Every frame also attends to the frame before")])
+    extra_options: StringProperty(name="Extra Options", default="",
+                                  description='More pipeline options as a JSON object, e.g. '
+                                              '{"scheduler": "lcm", "controlnets": ["depth"]}')
     prompt: StringProperty(name="Prompt", default="")
     negative_prompt: StringProperty(name="Negative", default="")
     seed: IntProperty(name="Seed", default=0, min=0)
@@ -473,6 +487,27 @@ def error_text(e: Exception) -> str:
     return text
 
 
+def restyle_args(s: PS_RestyleSettings) -> dict:
+    """The panel's settings as :func:`restyle_shot` arguments (options: the panel's
+    fields, then the Extra Options JSON over them)."""
+    options: dict = {"steps": s.steps, "temporal": s.temporal}
+    if s.model:
+        options["model"] = s.model
+    if s.cross_frame != "off":
+        options["cross_frame"] = s.cross_frame
+    if s.extra_options.strip():
+        try:
+            extra = json.loads(s.extra_options)
+        except ValueError as e:
+            raise ShotError(f"Extra Options is not valid JSON ({e}): write an object, e.g. "
+                            '{"scheduler": "lcm"}') from None
+        if not isinstance(extra, dict):
+            raise ShotError('Extra Options must be a JSON object, e.g. {"scheduler": "lcm"}')
+        options.update(extra)
+    return {"pipeline": s.pipeline, "prompt": s.prompt, "negative_prompt": s.negative_prompt,
+            "seed": s.seed, "options": options}
+
+
 class PS_OT_restyle(bpy.types.Operator):
     """Restyle the scene's frame range through the backend (Esc cancels; re-running resumes)"""
 
@@ -482,9 +517,7 @@ class PS_OT_restyle(bpy.types.Operator):
     _timer = None
 
     def _args(self, context) -> dict:
-        s = _settings(context)
-        return {"pipeline": s.pipeline, "prompt": s.prompt,
-                "negative_prompt": s.negative_prompt, "seed": s.seed}
+        return restyle_args(_settings(context))
 
     def execute(self, context):
         # Headless (blender -b, the bpy module): no event loop, run blocking.
@@ -505,8 +538,8 @@ class PS_OT_restyle(bpy.types.Operator):
             return self.execute(context)
         s, scene = _settings(context), context.scene
         self._frames = list(range(scene.frame_start, scene.frame_end + 1))
-        args = self._args(context)
         try:
+            args = self._args(context)
             self._out = _out(context)
             args["options"] = shot_options(scene, self._out, s.width, s.height,
                                            args.get("options"))
@@ -669,9 +702,16 @@ class PS_PT_restyle(bpy.types.Panel):
             row.operator("painted_skin.backend_start", icon="PLAY")
         col.separator()
         col.prop(s, "pipeline")
+        col.prop(s, "model")
         col.prop(s, "prompt")
         col.prop(s, "negative_prompt")
-        col.prop(s, "seed")
+        row = col.row(align=True)
+        row.prop(s, "seed")
+        row.prop(s, "steps")
+        row = col.row(align=True)
+        row.prop(s, "temporal")
+        row.prop(s, "cross_frame", text="")
+        col.prop(s, "extra_options")
         row = col.row(align=True)
         row.prop(s, "width")
         row.prop(s, "height")
