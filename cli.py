@@ -62,9 +62,14 @@ def cmd_retarget(args: argparse.Namespace) -> int:
         check_writable(args.out, "--out file", folder=False)
     if args.report:
         check_writable(args.report, "--report file", folder=False)
+    failures: list[tuple[Path, str]] | None = [] if args.keep_going else None
     result = session.retarget_files(clips, Path(args.target), args.map, args.target_map,
                                     _retarget_options(args), progress=_progress_bar(len(clips)),
-                                    clip_action=args.clip_action)
+                                    clip_action=args.clip_action, failures=failures)
+    for clip, why in failures or ():
+        print(f"painted-skin: error: {clip.name}: {why}", file=sys.stderr)
+    if not result:
+        raise BadInput(f"none of the {len(clips)} clip(s) could be retargeted")
     out = Path(args.out) if args.out else None
     if out:
         save_blend_atomic(out)
@@ -80,6 +85,10 @@ def cmd_retarget(args: argparse.Namespace) -> int:
               f"cm/frame")
     if out:
         print(f"Saved: '{out}'")
+    if failures:
+        print(f"painted-skin: {len(failures)} of {len(clips)} clips failed (above); the "
+              f"others were retargeted", file=sys.stderr)
+        return EXIT_BAD_INPUT
     return 0
 
 
@@ -356,6 +365,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", help="write SHOT.blend with the character and baked action(s)")
     r.add_argument("--report", help="write a JSON report")
     r.add_argument("--clip-action", help="the animation to use when a clip holds several")
+    r.add_argument("--keep-going", action="store_true",
+                   help="batch: skip clips that fail (reported; exit 2) instead of stopping")
     r.add_argument("--in-place", action="store_true", help="drop horizontal root motion")
     r.add_argument("--no-foot-lock", action="store_true", help="do not pin feet in contact")
     r.add_argument("--ground", choices=("floor", "keep"), default="floor",

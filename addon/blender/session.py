@@ -39,12 +39,15 @@ def retarget_files(
     options: RetargetOptions | None = None,
     progress: Callable[[int, str], None] | None = None,
     clip_action: str | None = None,
+    failures: list[tuple[Path, str]] | None = None,
 ) -> list[RetargetReport]:
     """Import ``target`` into a fresh scene and retarget every clip onto it.
 
     Each clip becomes one Action; all but the last are stashed on NLA tracks,
-    the last stays active. Stops at the first bad clip with its message (the
-    actions made before it are kept in memory only; nothing is written).
+    the last stays active. A bad clip stops the batch with its message (the
+    actions made before it are kept in memory only; nothing is written) unless
+    ``failures`` is given: then each bad clip's (path, message) is added to it and
+    the batch goes on (a failed clip leaves no action behind).
     """
     reset_scene()
     try:
@@ -55,10 +58,19 @@ def retarget_files(
     for k, clip in enumerate(clips):
         if progress:
             progress(k, clip.name)
-        if reports:
-            stash_action(arm)
-        reports.append(retarget_clip(clip, arm, source_map, target_map, options,
-                                     clip_action=clip_action))
+        ad = arm.animation_data
+        before = ad.action if ad is not None else None
+        try:
+            report = retarget_clip(clip, arm, source_map, target_map, options,
+                                   clip_action=clip_action)
+        except ValueError as e:  # RetargetError, ImportFailed, BvhError, map errors
+            if failures is None:
+                raise
+            failures.append((clip, str(e)))
+            continue
+        if before is not None and before is not arm.animation_data.action:
+            stash_action(arm, before)  # the previous clip's action stays in the file
+        reports.append(report)
     if progress:
         progress(len(clips), "done")
     return reports
