@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
 from ..addon.core.bonemap import BoneMap, BoneMapError, check_canonical
@@ -60,12 +59,27 @@ def _parse(path: Path) -> Preset:
     )
 
 
-@cache
+# path -> ((mtime_ns, size), parsed preset): a file is parsed again only when it
+# changes, and a file added to or removed from the folder is seen on the next call.
+_parsed: dict[Path, tuple[tuple[int, int], Preset]] = {}
+
+
 def _all() -> dict[str, Preset]:
     out: dict[str, Preset] = {}
+    seen = set()
     for path in sorted(PRESET_DIR.glob("*.toml")):
-        preset = _parse(path)
-        out[preset.name] = preset
+        try:
+            st = path.stat()
+        except FileNotFoundError:  # removed since the listing
+            continue
+        stamp = (st.st_mtime_ns, st.st_size)
+        hit = _parsed.get(path)
+        if hit is None or hit[0] != stamp:
+            hit = _parsed[path] = (stamp, _parse(path))
+        seen.add(path)
+        out[hit[1].name] = hit[1]
+    for gone in _parsed.keys() - seen:
+        del _parsed[gone]
     return out
 
 
@@ -76,7 +90,8 @@ def list_presets() -> list[str]:
 
 def all_presets() -> list[Preset]:
     """Every packaged preset, sorted by name."""
-    return [_all()[n] for n in list_presets()]
+    presets = _all()
+    return [presets[n] for n in sorted(presets)]
 
 
 def get_preset(name: str) -> Preset:

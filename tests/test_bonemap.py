@@ -220,6 +220,44 @@ def test_preset_files_are_valid():
         assert bm.preset == name and bm.source["hips"] == f"preset:{name}"
 
 
+def test_preset_cache_sees_new_changed_and_removed_files(tmp_path, monkeypatch):
+    """Parsed presets are kept between calls, but a file added to, changed in or
+    removed from the folder is seen on the next call (its mtime/size changed)."""
+    import os
+    import shutil
+
+    from painted_skin.rigs import presets
+
+    folder = tmp_path / "presets"
+    shutil.copytree(presets.PRESET_DIR, folder)
+    monkeypatch.setattr(presets, "PRESET_DIR", folder)
+    assert "mixamo" in list_presets() and "mine" not in list_presets()
+    before = get_preset("mixamo")
+    assert get_preset("mixamo") is before  # not parsed again
+
+    text = (folder / "mixamo.toml").read_text(encoding="utf-8")
+    (folder / "mine.toml").write_text(
+        text.replace('name = "mixamo"', 'name = "mine"'), encoding="utf-8")
+    assert "mine" in list_presets()
+    assert get_preset("mine").bones == before.bones
+
+    changed = folder / "mixamo.toml"
+    changed.write_text(text.replace('hips = "mixamorig:Hips"', 'hips = "mixamorig:Pelvis"'),
+                       encoding="utf-8")
+    st = changed.stat()
+    os.utime(changed, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # coarse clocks
+    assert get_preset("mixamo").bones["hips"] == ("mixamorig:Pelvis",)
+    assert get_preset("mixamo") is not before
+
+    (folder / "mine.toml").unlink()
+    assert "mine" not in list_presets()
+    with pytest.raises(BoneMapError, match="unknown preset 'mine'"):
+        get_preset("mine")
+    (folder / "broken.toml").write_text("[meta\nname = ", encoding="utf-8")
+    with pytest.raises(BoneMapError, match="broken.toml: not valid TOML"):
+        list_presets()
+
+
 def test_unknown_preset_lists_the_valid_ones():
     with pytest.raises(BoneMapError, match="available: .*mixamo"):
         get_preset("mixamoo")

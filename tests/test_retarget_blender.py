@@ -202,3 +202,102 @@ def test_non_humanoid_target_gets_a_clear_error(bpy_clean, walk_bvh):
     with pytest.raises(RetargetError, match="humanoid"):
         retarget_clip(walk_bvh, obj)
     assert _scene_state(bpy) == state
+
+
+def _curve_arrays(fc, prop: str, width: int, dtype=np.float32) -> np.ndarray:
+    out = np.empty(len(fc.keyframe_points) * width, dtype=dtype)
+    fc.keyframe_points.foreach_get(prop, out)
+    return out.reshape(-1, width) if width > 1 else out
+
+
+def test_baked_curves_are_linear_keys_with_blenders_own_handles(bpy_clean, walk_bvh):
+    """Every curve: one linear key per frame, auto-clamped handles exactly as Blender
+    computes them itself (``FCurve.update``), no sample points left over; bones in
+    axis-angle or Euler modes get the same pose as in quaternions."""
+    from painted_skin.addon.blender.armature_io import action_channelbag
+    from painted_skin.addon.blender.retarget_api import retarget_clip
+    from painted_skin.rigs.character import build_demo_character
+
+    bpy = bpy_clean
+    arm = build_demo_character()
+    frames = list(range(1, 49, 5))
+    report = retarget_clip(walk_bvh, arm)
+    quat_heads = world_heads(bpy, arm, frames)
+    modes = {"upper_arm.L": "AXIS_ANGLE", "forearm.L": "XZY", "thigh.R": "YXZ", "spine.001": "ZYX"}
+    for bone, mode in modes.items():
+        arm.pose.bones[bone].rotation_mode = mode
+    retarget_clip(walk_bvh, arm)
+    assert np.abs(world_heads(bpy, arm, frames) - quat_heads).max() < 1e-5
+    cb = action_channelbag(arm)
+    props = {fc.data_path.rsplit(".", 1)[1] for fc in cb.fcurves if "upper_arm.L" in fc.data_path}
+    assert props == {"rotation_axis_angle"}
+    assert {fc.data_path.rsplit(".", 1)[1] for fc in cb.fcurves
+            if '"thigh.R"' in fc.data_path} == {"rotation_euler"}
+    linear = bpy.types.Keyframe.bl_rna.properties["interpolation"].enum_items["LINEAR"].value
+    auto = bpy.types.Keyframe.bl_rna.properties["handle_left_type"].enum_items[
+        "AUTO_CLAMPED"].value
+    xs = np.arange(report.frame_start, report.frame_start + report.frames, dtype=np.float32)
+    for fc in cb.fcurves:
+        co = _curve_arrays(fc, "co", 2)
+        assert np.array_equal(co[:, 0], xs)
+        assert len(fc.sampled_points) == 0 and fc.group is not None
+        assert (_curve_arrays(fc, "interpolation", 1, np.int32) == linear).all()
+        assert (_curve_arrays(fc, "handle_left_type", 1, np.int32) == auto).all()
+        assert (_curve_arrays(fc, "handle_right_type", 1, np.int32) == auto).all()
+        left, right = _curve_arrays(fc, "handle_left", 2), _curve_arrays(fc, "handle_right", 2)
+        assert np.array_equal([fc.evaluate(float(x)) for x in xs[::7]], co[::7, 1])
+        fc.update()  # Blender sorts the keys and computes the handles itself
+        assert np.array_equal(_curve_arrays(fc, "co", 2), co)
+        assert np.array_equal(_curve_arrays(fc, "handle_left", 2), left)
+        assert np.array_equal(_curve_arrays(fc, "handle_right", 2), right)
+
+
+def test_a_failure_while_baking_leaves_no_action(bpy_clean, walk_bvh, monkeypatch):
+    from painted_skin.addon.blender import armature_io
+    from painted_skin.addon.blender.retarget_api import retarget_clip
+    from painted_skin.rigs.character import build_demo_character
+
+    bpy = bpy_clean
+    arm = build_demo_character()
+    retarget_clip(walk_bvh, arm)
+    kept, actions = arm.animation_data.action, set(bpy.data.actions.keys())
+    calls = []
+    real = armature_io._add_curves
+
+    def flaky(*args):
+        calls.append(1)
+        if len(calls) == 20:
+            raise RuntimeError("disk on fire")
+        return real(*args)
+
+    monkeypatch.setattr(armature_io, "_add_curves", flaky)
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        retarget_clip(walk_bvh, arm)
+    assert set(bpy.data.actions.keys()) == actions
+    assert arm.animation_data.action is kept
+
+
+def test_read_motion_matches_blenders_own_pose(bpy_clean, walk_bvh):
+    """read_motion (keys read in bulk; curves whose keys are not on every frame, or
+    that carry modifiers, evaluated) gives the pose Blender itself evaluates."""
+    from painted_skin.addon.blender.armature_io import action_channelbag, read_motion, read_skeleton
+
+    bpy = bpy_clean
+    bpy.ops.import_anim.bvh(filepath=str(walk_bvh), global_scale=0.01, rotate_mode="NATIVE",
+                            axis_forward="-Z", axis_up="Y")
+    arm = bpy.context.object
+    curves = list(action_channelbag(arm).fcurves)
+    sparse = next(fc for fc in curves if fc.data_path.endswith("rotation_euler"))
+    for k in range(len(sparse.keyframe_points) - 2, 0, -2):  # every other key gone
+        sparse.keyframe_points.remove(sparse.keyframe_points[k], fast=True)
+    sparse.update()
+    next(fc for fc in curves if fc is not sparse
+         and fc.data_path.endswith("rotation_euler")).modifiers.new("NOISE")
+    skel = read_skeleton(arm)
+    motion = read_motion(arm, skel)
+    assert motion.frames == 48
+    for f in (1, 2, 17, 48):
+        bpy.context.scene.frame_set(f)
+        ours = motion.pose[f - motion.frame_start]
+        theirs = np.array([np.array(arm.pose.bones[n].matrix) for n in skel.names])
+        assert np.abs(ours - theirs).max() < 1e-5

@@ -208,3 +208,40 @@ def test_missing_hips_is_a_clear_error():
     broken = {k: v for k, v in bmap.items() if k != "hips"}
     with pytest.raises(ValueError, match="hips"):
         retarget(skel, motion, broken, skel, bmap)
+
+
+def test_forward_kinematics_in_place_and_layout():
+    """The pose follows M[b] = M[p] @ local[b] @ basis[b]; it can overwrite its basis
+    (read_motion does), and each bone's track is one contiguous block."""
+    skel, motion, _ = clip("walk", "cmu", frames=30)
+    from painted_skin.addon.core.skeleton import basis_from_pose
+
+    basis = basis_from_pose(skel, motion.pose)
+    local = skel.local_rest()
+    ref = np.empty_like(basis)
+    for i, p in enumerate(skel.parents):
+        ref[:, i] = (local[i] if p < 0 else ref[:, p] @ local[i]) @ basis[:, i]
+    pose = forward_kinematics(skel, basis)
+    assert np.allclose(pose, ref, atol=1e-12, rtol=0)
+    assert all(pose[:, i].flags.c_contiguous for i in range(len(skel)))
+    in_place = basis.copy()
+    assert forward_kinematics(skel, in_place, out=in_place) is in_place
+    assert np.array_equal(in_place, pose)
+
+
+def test_source_object_transform_is_applied():
+    """A clip under a rotated, scaled object (an FBX armature's 0.01 and Y-up turn)
+    retargets like the same clip with that transform baked into its bones."""
+    skel, motion, bmap = clip("walk", "cmu", frames=40)
+    target, _, tmap = clip("walk", "apose", frames=2)
+    obj = np.eye(4)
+    obj[:3, :3] = 0.01 * T.axis_angle_to_matrix(np.array([1.0, 0.2, 0.1]), np.array(1.2))
+    obj[:3, 3] = (0.3, -0.2, 0.1)
+    moved = Skeleton(list(skel.names), skel.parents, skel.rest, skel.tails, obj)
+    baked = Skeleton(list(skel.names), skel.parents, obj @ skel.rest,
+                     skel.tails @ obj[:3, :3].T + obj[:3, 3])
+    opts = RetargetOptions(foot_lock=False)
+    a = retarget(moved, motion, bmap, target, tmap, opts)
+    b = retarget(baked, Motion(obj @ motion.pose, motion.fps), bmap, target, tmap, opts)
+    assert np.allclose(a.world, b.world, atol=1e-9)
+    assert np.allclose(a.basis, b.basis, atol=1e-9)

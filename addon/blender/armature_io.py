@@ -13,7 +13,7 @@ import bpy
 import numpy as np
 from bpy_extras import anim_utils
 
-from ..core.skeleton import Motion, Skeleton, compose, forward_kinematics
+from ..core.skeleton import Motion, Skeleton, bone_major, forward_kinematics
 from ..core.transforms import (
     euler_to_matrix,
     matrix_to_euler,
@@ -81,16 +81,27 @@ def action_frame_range(obj: bpy.types.Object) -> tuple[int, int]:
     return int(np.floor(lo + 1e-6)), int(np.ceil(hi - 1e-6))
 
 
-def _sample(fc, frames: np.ndarray) -> np.ndarray:
-    """Values of an F-Curve on integer ``frames``; keys are used directly when
-    they sit on exactly those frames (the common baked-mocap case)."""
-    n = len(fc.keyframe_points)
-    co = np.empty(n * 2, dtype=np.float32)  # the property's own type: 2x faster than f64
-    fc.keyframe_points.foreach_get("co", co)
-    co = co.reshape(n, 2).astype(np.float64)
-    if n == len(frames) and np.allclose(co[:, 0], frames, atol=1e-4) and not len(fc.modifiers):
-        return co[:, 1].copy()
-    return np.array([fc.evaluate(float(f)) for f in frames])
+def _sample_all(fcurves: list, frames: np.ndarray) -> np.ndarray:
+    """Values (len(fcurves), nf) of F-Curves on integer ``frames``. Keys are used
+    directly when they sit on exactly those frames (the common baked-mocap case):
+    all such curves are read into one buffer and checked at once; any other curve
+    is evaluated frame by frame."""
+    nf = len(frames)
+    out = np.empty((len(fcurves), nf))
+    direct = [k for k, fc in enumerate(fcurves)
+              if len(fc.keyframe_points) == nf and not len(fc.modifiers)]
+    co = np.empty((len(direct), nf * 2), dtype=np.float32)  # the property's own type
+    for row, k in zip(co, direct, strict=True):
+        fcurves[k].keyframe_points.foreach_get("co", row)
+    co = co.reshape(len(direct), nf, 2)
+    # np.allclose(keys, frames, atol=1e-4) per curve (in float64), without its overhead.
+    on_frames = (np.abs(co[..., 0] - frames) <= 1e-4 + 1e-5 * np.abs(frames)).all(axis=1)
+    out[direct] = co[..., 1]
+    keys_used = np.zeros(len(fcurves), dtype=bool)
+    keys_used[direct] = on_frames
+    for k in np.flatnonzero(~keys_used):
+        out[k] = [fcurves[k].evaluate(float(f)) for f in frames]
+    return out
 
 
 def read_motion(obj: bpy.types.Object, skel: Skeleton,
@@ -100,14 +111,15 @@ def read_motion(obj: bpy.types.Object, skel: Skeleton,
     frames = np.arange(start, end + 1, dtype=np.float64)
     nf = len(frames)
     cb = action_channelbag(obj)
+    matched = [(fc, m) for fc in (cb.fcurves if cb is not None else ())
+               if (m := _PATH.match(fc.data_path))]
+    values = _sample_all([fc for fc, _ in matched], frames)
     channels: dict[tuple[str, str], dict[int, np.ndarray]] = {}
-    for fc in cb.fcurves if cb is not None else ():
-        m = _PATH.match(fc.data_path)
-        if m:
-            name = m.group(1).replace('\\"', '"').replace("\\\\", "\\")
-            channels.setdefault((name, m.group(2)), {})[fc.array_index] = _sample(fc, frames)
+    for (fc, m), v in zip(matched, values, strict=True):
+        name = m.group(1).replace('\\"', '"').replace("\\\\", "\\")
+        channels.setdefault((name, m.group(2)), {})[fc.array_index] = v
 
-    basis = np.broadcast_to(np.eye(4), (nf, len(skel), 4, 4)).copy()
+    basis = bone_major(nf, len(skel), 4, 4)  # each bone's track contiguous
     for i, name in enumerate(skel.names):
         pb = obj.pose.bones[name]
         loc = _channel(channels, name, "location", pb.location, nf)
@@ -125,16 +137,29 @@ def read_motion(obj: bpy.types.Object, skel: Skeleton,
         else:
             rot = euler_to_matrix(_channel(channels, name, "rotation_euler",
                                            pb.rotation_euler, nf), mode)
-        basis[:, i] = compose(rot * scale[:, None, :], loc)
-    return Motion(pose=forward_kinematics(skel, basis), fps=_scene_fps(), frame_start=start)
+        track = basis[:, i]  # compose(), in place
+        if len(scale) == 1 and (scale == 1.0).all():
+            track[:, :3, :3] = rot  # unscaled (the usual case): rot * 1 is rot
+        else:
+            np.multiply(rot, scale[:, None, :], out=track[:, :3, :3])
+        track[:, :3, 3] = loc
+        track[:, 3, :3] = 0.0
+        track[:, 3, 3] = 1.0
+    return Motion(pose=forward_kinematics(skel, basis, out=basis), fps=_scene_fps(),
+                  frame_start=start)
 
 
 def _channel(channels, name: str, prop: str, default, nf: int) -> np.ndarray:
-    default = np.array(default, dtype=np.float64)
-    out = np.broadcast_to(default, (nf, len(default))).copy()
-    for idx, values in channels.get((name, prop), {}).items():
-        if idx < len(default):
-            out[:, idx] = values
+    """(nf, k) values of a property, its animated channels over the pose bone's
+    own values; (1, k) (broadcasting over the frames) where nothing is animated."""
+    default = np.array(default, dtype=np.float64)[None]
+    keyed = {idx: v for idx, v in channels.get((name, prop), {}).items()
+             if idx < default.shape[1]}
+    if not keyed:
+        return default
+    out = np.repeat(default, nf, axis=0)
+    for idx, values in keyed.items():
+        out[:, idx] = values
     return out
 
 
@@ -160,26 +185,24 @@ def write_action(obj: bpy.types.Object, skel: Skeleton, basis_rot: np.ndarray,
         action.use_fake_user = False
         slot = action.slots.new(id_type="OBJECT", name=obj.name)
         cb = anim_utils.action_ensure_channelbag_for_slot(action, slot)
-        keyed_idx = np.flatnonzero(keyed)
-        # Convert all keyed bones at once (one numpy call per rotation mode).
-        modes = [obj.pose.bones[skel.names[i]].rotation_mode for i in keyed_idx]
-        rot = basis_rot[:, keyed_idx]
-        quats = quat_continuity(matrix_to_quat(rot))
-        for k, i in enumerate(keyed_idx):
+        # Bone by bone: the solver stores each bone's track contiguously
+        # (bone-major), so a bone's conversion works on one small block in cache.
+        for i in np.flatnonzero(keyed):
             bname = skel.names[i]
             pb = obj.pose.bones[bname]
             path = f'pose.bones["{_escape(bname)}"]'
-            mode = modes[k]
+            mode = pb.rotation_mode
+            rot = basis_rot[:, i]
             if mode == "QUATERNION":
-                values, prop = quats[:, k], "rotation_quaternion"
+                values, prop = quat_continuity(matrix_to_quat(rot)), "rotation_quaternion"
             elif mode == "AXIS_ANGLE":
-                q = quats[:, k]
+                q = quat_continuity(matrix_to_quat(rot))
                 angle = 2 * np.arccos(np.clip(q[:, 0], -1, 1))
                 axis = q[:, 1:] / np.maximum(np.linalg.norm(q[:, 1:], axis=1, keepdims=True), 1e-12)
                 axis[np.linalg.norm(q[:, 1:], axis=1) < 1e-12] = (0.0, 1.0, 0.0)
                 values, prop = np.concatenate([angle[:, None], axis], 1), "rotation_axis_angle"
             else:
-                values, prop = unwrap_euler(matrix_to_euler(rot[:, k], mode)), "rotation_euler"
+                values, prop = unwrap_euler(matrix_to_euler(rot, mode)), "rotation_euler"
             _add_curves(cb, f"{path}.{prop}", values, xs, bname)
             loc = basis_loc[:, i]
             if not pb.bone.use_connect and np.abs(loc).max() > 1e-6:
@@ -198,13 +221,29 @@ def _escape(name: str) -> str:
 
 
 def _add_curves(cb, data_path: str, values: np.ndarray, xs: np.ndarray, group: str) -> None:
+    """One F-Curve per column of ``values``, keyed on the consecutive integer frames
+    ``xs``: linear keys, auto-clamped handles (what ``keyframe_points.add`` +
+    ``foreach_set`` + ``update()`` make, bit for bit), built through the curve's
+    sample points: their ``co`` is a plain array that ``foreach_set`` copies in one
+    go (the keyframes' ``co`` and ``interpolation`` go key by key), and
+    ``convert_to_keyframes`` makes the linear keys and their handles in C."""
     co = np.empty((len(xs), 2), dtype=np.float32)
     co[:, 0] = xs
-    interp = np.full(len(xs), _LINEAR, dtype=np.int32)
+    if len(xs) < 2:  # a lone key: keyed directly (its handles are not computed alike)
+        interp = np.full(len(xs), _LINEAR, dtype=np.int32)
+        for k in range(values.shape[1]):
+            fc = cb.fcurves.new(data_path, index=k, group_name=group)
+            fc.keyframe_points.add(len(xs))
+            co[:, 1] = values[:, k]
+            fc.keyframe_points.foreach_set("co", co.ravel())
+            fc.keyframe_points.foreach_set("interpolation", interp)
+            fc.update()
+        return
+    start, end = int(xs[0]), int(xs[0]) + len(xs)  # samples cover [start, end)
     for k in range(values.shape[1]):
         fc = cb.fcurves.new(data_path, index=k, group_name=group)
-        fc.keyframe_points.add(len(xs))
+        fc.keyframe_points.add(1)  # sampling needs a curve; its one key is replaced
+        fc.convert_to_samples(start, end)
         co[:, 1] = values[:, k]
-        fc.keyframe_points.foreach_set("co", co.ravel())
-        fc.keyframe_points.foreach_set("interpolation", interp)
-        fc.update()
+        fc.sampled_points.foreach_set("co", co.ravel())
+        fc.convert_to_keyframes(start, end)

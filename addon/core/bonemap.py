@@ -25,6 +25,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -287,10 +288,12 @@ def strip_name(name: str) -> str:
     return _PREFIX.sub("", _NAMESPACE.sub("", name.strip()))
 
 
+@lru_cache(maxsize=16384)  # pure; auto-mapping asks for every preset name per armature
 def _bare(name: str) -> str:
     return _NAMESPACE.sub("", name.strip()).lower()
 
 
+@lru_cache(maxsize=16384)
 def normalize_name(name: str) -> str:
     """Lower-case, separator-free key: ``mixamorig1:Left_Arm`` -> ``leftarm``."""
     return re.sub(r"[^a-z0-9]", "", strip_name(name).lower())

@@ -123,7 +123,7 @@ def two_bone_ik(hip: np.ndarray, knee: np.ndarray, ankle: np.ndarray, goal: np.n
 def lock_feet(target: Skeleton, bone_map: dict[str, str], w: np.ndarray, pos: np.ndarray,
               fps: float, leg: float) -> FootLockResult | None:
     """Pin both feet during contacts; None when the legs are not fully mapped."""
-    w = w.copy()
+    w = w.copy(order="K")  # keeps the solver's bone-major layout
     contacts: dict[str, np.ndarray] = {}
     before = []
     for side in SIDES:

@@ -28,6 +28,7 @@ from .skeleton import (
     Motion,
     Skeleton,
     affine_inverse,
+    bone_major,
     compose,
     forward_kinematics,
     rotations,
@@ -190,8 +191,10 @@ def rigid_rotations(m: np.ndarray) -> np.ndarray:
     """Rotations of (F, 3, 3) matrices. Rigid motion under a uniform object scale
     (the usual case) only needs dividing by that scale — checked on the first and
     last frames; anything else goes through :func:`rotations`' orthonormalisation."""
-    s = np.linalg.norm(m[:, :, 0], axis=-1)
-    r = m / s[:, None, None]
+    c = m[:, :, 0]
+    s = np.sqrt(c[:, 0] * c[:, 0] + c[:, 1] * c[:, 1] + c[:, 2] * c[:, 2])  # = norm, summed alike
+    r = np.array(m, order="C")  # a pose track's 3x3 block is strided: divide a packed copy
+    r /= s[:, None, None]
     ends = r[[0, -1]]
     if np.abs(ends.swapaxes(-1, -2) @ ends - np.eye(3)).max() < 1e-6:
         return r
@@ -220,7 +223,6 @@ def retarget(
     frames = motion.frames
     c_src = reference_frames(source, source_map)
     c_tgt = reference_frames(target, target_map)
-    src_world = motion.world(source)
 
     pairs = {
         c: (source_map[c], target_map[c])
@@ -239,11 +241,18 @@ def retarget(
     if target_basis is not None:
         still_basis[~has] = np.asarray(target_basis)[~has]
     still = target.world @ forward_kinematics(target, still_basis[None])[0]
-    w_tgt = np.broadcast_to(rotations(still), (frames, n, 3, 3)).copy()
+    w_tgt = bone_major(frames, n, 3, 3)  # every (F, n, ...) track below is stored bone-major
+    w_tgt[:] = rotations(still)
     # W_tgt = D @ C_tgt with D = W_src @ C_src^T: one constant offset per pair,
-    # applied as a single (3F x 3) @ (3 x 3) product.
+    # applied as a single (3F x 3) @ (3 x 3) product. Only the paired source bones'
+    # world rotations are needed, not the clip's whole world pose.
+    obj_rot = source.world[:3, :3]
+    moved_obj = not np.array_equal(obj_rot, np.eye(3))
     for i, j in bone_pairs:
-        w_tgt[:, j] = rmul(rigid_rotations(src_world[:, i, :3, :3]), c_src[i].T @ c_tgt[j])
+        src_rot = motion.pose[:, i, :3, :3]
+        if moved_obj:
+            src_rot = lmul(obj_rot, src_rot)
+        w_tgt[:, j] = rmul(rigid_rotations(src_rot), c_src[i].T @ c_tgt[j])
     moves = has.copy()
     canonical_of = {target.index(tb): c for c, (_, tb) in pairs.items()}
     _fill_unmapped(target, w_tgt, has, moves, canonical_of, c_tgt)
@@ -251,7 +260,7 @@ def retarget(
     # Root translation.
     scale = opts.root_scale or leg_length(target, target_map) / leg_length(source, source_map)
     hips_s, hips_t = source.index(source_map["hips"]), target.index(target_map["hips"])
-    root = scale * src_world[:, hips_s, :3, 3]
+    root = scale * (motion.pose[:, hips_s, :3, 3] @ obj_rot.T + source.world[:3, 3])
     rest_heads_t = still[:, :3, 3]
     if opts.in_place:
         root[:, :2] = rest_heads_t[hips_t, :2]
@@ -308,15 +317,19 @@ def _basis(skel: Skeleton, w: np.ndarray, pos: np.ndarray, r_rest: np.ndarray,
     ``moved`` bones (the motion root, IK-target feet), done with 4x4 matrices.
     """
     frames, n = w.shape[:2]
-    rot = np.empty((frames, n, 3, 3))
+    rot = bone_major(frames, n, 3, 3)
     rot[:, ~keyed] = np.eye(3)
-    loc = np.zeros((frames, n, 3))
+    loc = bone_major(frames, n, 3)
+    loc[:] = 0.0
     for i in np.flatnonzero(keyed):
         p = skel.parents[i]
         if p < 0:
             rot[:, i] = lmul(r_rest[i].T, w[:, i])
         else:
-            rot[:, i] = lmul(r_rest[i].T @ r_rest[p], w[:, p].swapaxes(-1, -2) @ w[:, i])
+            # (W[p] R[p]^T R[b])^T W[b]: the constant goes in as one GEMM on the
+            # parent's (contiguous) track, then one batched product, written in place.
+            parent = rmul(w[:, p], r_rest[p].T @ r_rest[i])
+            np.matmul(parent.swapaxes(-1, -2), w[:, i], out=rot[:, i])
     obj_inv = np.linalg.inv(skel.world)
     s = skel.world_scale()
     local = skel.local_rest()
@@ -384,7 +397,7 @@ def _fk_positions(skel: Skeleton, w: np.ndarray, root: np.ndarray, root_index: i
     r_rest = rotations(rest_world)
     heads = rest_world[:, :3, 3]
     frames, n = w.shape[:2]
-    pos = np.empty((frames, n, 3))
+    pos = bone_major(frames, n, 3)
     for i in order:
         p = anchors.get(i, int(skel.parents[i]))
         if i == root_index:

@@ -116,15 +116,31 @@ def compose(rot: np.ndarray, loc: np.ndarray) -> np.ndarray:
     return out
 
 
-def forward_kinematics(skel: Skeleton, basis: np.ndarray) -> np.ndarray:
-    """Armature-space pose matrices (F, n, 4, 4) from basis matrices (F, n, 4, 4)."""
+def bone_major(frames: int, n: int, *tail: int, dtype=np.float64) -> np.ndarray:
+    """An empty (frames, n, *tail) array stored bone by bone, so that each bone's
+    track ``a[:, i]`` is one contiguous block: the solver works bone by bone on
+    clips of thousands of frames, and a frame-major layout makes every such slice
+    a strided gather over the whole array (several times slower)."""
+    return np.empty((n, frames, *tail), dtype=dtype).swapaxes(0, 1)
+
+
+def forward_kinematics(skel: Skeleton, basis: np.ndarray,
+                       out: np.ndarray | None = None) -> np.ndarray:
+    """Armature-space pose matrices (F, n, 4, 4) from basis matrices (F, n, 4, 4),
+    stored bone-major (:func:`bone_major`). ``out`` may be ``basis`` itself: each
+    basis track is read once, by its own bone, so the pose can replace it."""
     local = skel.local_rest()
-    out = np.empty_like(basis)
+    if out is None:
+        out = bone_major(*basis.shape, dtype=basis.dtype)
+    frames = basis.shape[0]
     for i, p in enumerate(skel.parents):
         if p < 0:
-            out[:, i] = local[i] @ basis[:, i]
+            np.matmul(local[i], basis[:, i], out=out[:, i])
         else:
-            out[:, i] = out[:, p] @ local[i] @ basis[:, i]
+            # parent @ local as one (4F x 4) @ (4 x 4) GEMM (the parent's track is
+            # contiguous), then the batched product with the basis.
+            parent_local = (out[:, p].reshape(frames * 4, 4) @ local[i]).reshape(frames, 4, 4)
+            np.matmul(parent_local, basis[:, i], out=out[:, i])
     return out
 
 
