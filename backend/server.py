@@ -992,11 +992,15 @@ class Server:
         t0 = time.monotonic()
         queue_ms = (t0 - job.arrived) * 1000.0
         pipe = self._pipeline(s.pipeline, s.options)
-        # A temporal frame depends on the previous output (kept in the session's
-        # state), not only on its passes: never answer it from the cache.
-        temporal = getattr(pipe, "stateful", False) and s.options.get("temporal", True)
+        # A temporal frame depends on the previous output, a cross-frame one on its
+        # anchor (both kept in the session's state), not only on its passes: never
+        # answer them from the cache (nor let a cached answer skip recording an anchor).
+        stateful = getattr(pipe, "stateful", False)
+        temporal = stateful and s.options.get("temporal", True)
+        anchored = stateful and s.options.get("cross_frame") not in (None, False, "", "off",
+                                                                     "none")
         use_cache = (self.cache.max_bytes > 0 and s.options.get("cache", True) is not False
-                     and not temporal)
+                     and not temporal and not anchored)
         key = (s.settings, job.seed, passes_hash(job.passes)) if use_cache else None
         rgb = self.cache.get(key) if key else None
         cached = rgb is not None
