@@ -84,7 +84,8 @@ def _bone_curves(curves: dict, arm, bone: str) -> np.ndarray:
     mode = arm.pose.bones[bone].rotation_mode
     rest = {"QUATERNION": (1.0, 0.0, 0.0, 0.0), "AXIS_ANGLE": (0.0, 0.0, 1.0, 0.0)}.get(
         mode, (0.0, 0.0, 0.0))
-    return np.repeat(np.array(rest)[:, None], FRAMES, axis=1)
+    frames = len(next(iter(curves.values())))  # the clip resampled to the scene's rate
+    return np.repeat(np.array(rest)[:, None], frames, axis=1)
 
 
 def _joints(report: str) -> int:
@@ -129,9 +130,11 @@ def test_detect_map_fills_editable_rows_with_confidences(shot):
 
 
 def test_retarget_bakes_a_new_action_and_scene_follows_the_clip(shot):
+    # "Match Scene to Clip": the scene takes the clip's rate and range (by default the
+    # scene keeps its own, see test_retarget_scene.py).
     bpy, s, arm = shot.bpy, shot.settings, shot.arm
     bpy.ops.painted_skin.detect_map()
-    assert bpy.ops.painted_skin.retarget() == {"FINISHED"}
+    assert bpy.ops.painted_skin.retarget(match_scene=True) == {"FINISHED"}
 
     action = arm.animation_data.action
     assert action.name == "walk" and action.name != "Idle"

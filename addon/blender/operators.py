@@ -77,6 +77,13 @@ class PS_OT_retarget(bpy.types.Operator):
     bl_label = "Retarget"
     bl_options = {"REGISTER", "UNDO"}
 
+    match_scene: bpy.props.BoolProperty(
+        name="Match Scene to Clip", default=False,
+        description="Set the scene's frame rate and frame range from the clip and bake one "
+                    "key per clip frame. Off: keep the scene's frame rate and start frame, "
+                    "resample the clip to the scene's rate and only lengthen the scene's "
+                    "range when the clip is longer")
+
     @classmethod
     def poll(cls, context):
         return _target_poll(cls, context)
@@ -107,9 +114,18 @@ class PS_OT_retarget(bpy.types.Operator):
 
         ad = s.target_object.animation_data
         previous = ad.action if ad is not None else None
+        scene = context.scene
+        if self.match_scene:
+            timing = {"set_scene": True}
+        else:
+            # The scene's rate and start frame are the animator's: the clip is resampled
+            # to the rate; a file clip starts at the scene's start, an armature already in
+            # this scene keeps its own frames (it plays at this rate here already).
+            timing = {"set_scene": False, "fps": scene.render.fps / scene.render.fps_base,
+                      "frame_start": scene.frame_start if s.source_kind == "FILE" else None}
         try:
             report = retarget_clip(source, s.target_object, source_map, target_map, opts,
-                                   progress=progress)
+                                   progress=progress, **timing)
         except RetargetError as e:
             self.report({"ERROR"}, str(e))
             return {"CANCELLED"}
@@ -120,10 +136,20 @@ class PS_OT_retarget(bpy.types.Operator):
         if previous is not None and previous.users == 0:
             # Keep the replaced take in the file, as Blender's own action stash does.
             stash_action(s.target_object, previous)
+        if not self.match_scene:
+            last = report.frame_start + report.frames - 1
+            if last > scene.frame_end:  # lengthen only: a shorter clip leaves the range
+                scene.frame_end = last
         skate = report.foot_skate_cm_before, report.foot_skate_cm_after
-        s.last_report = (f"{report.action}: {report.frames} frames, {len(report.pairs)} joints"
+        rate = (f" @ {report.fps:g} fps" + (f" (clip {report.source_fps:g} fps)"
+                                            if report.source_fps != report.fps else ""))
+        s.last_report = (f"{report.action}: {report.frames} frames{rate}, "
+                         f"{len(report.pairs)} joints"
                          + (f", skate {skate[0]:.1f}->{skate[1]:.1f} cm" if skate[1] is not None
-                            else ""))
+                            else "")
+                         + (f", {len(report.warnings)} warning(s)" if report.warnings else ""))
+        for w in report.warnings:
+            self.report({"WARNING"}, w)
         self.report({"INFO"}, s.last_report)
         return {"FINISHED"}
 

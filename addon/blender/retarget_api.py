@@ -11,6 +11,7 @@ leaves the scene as it was.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -22,7 +23,7 @@ import numpy as np
 from ...rigs import humanoid
 from ..core.bonemap import BoneMap, auto_map, resolve_map
 from ..core.bvh import parse_bvh_header_fps
-from ..core.retarget import RetargetOptions, retarget
+from ..core.retarget import RetargetOptions, resample_basis, retarget
 from ..core.skeleton import Motion, Skeleton
 from .armature_io import read_motion, read_skeleton, write_action
 from .importers import ImportFailed, imported_clip
@@ -41,10 +42,10 @@ class RetargetReport:
     source: str
     target: str
     action: str
-    frames: int
-    fps: float
+    frames: int  # frames baked into the action
+    fps: float  # the rate the action was baked at (the scene's, or the clip's own)
     seconds: float
-    frame_start: int
+    frame_start: int  # the action's first frame
     root_scale: float
     source_map: dict
     target_map: dict
@@ -54,6 +55,8 @@ class RetargetReport:
     foot_skate_cm_after: float | None
     warnings: list[str] = field(default_factory=list)
     timings_s: dict[str, float] = field(default_factory=dict)
+    source_fps: float = 0.0  # the clip's own rate; != fps when the clip was resampled
+    source_frames: int = 0  # the clip's own frame count
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -135,17 +138,71 @@ def snap_fps(fps: float) -> float:
     return float(fps)
 
 
-def _map_for(skel: Skeleton, spec: str | Path | BoneMap | None, what: str) -> BoneMap:
+_REQUIRED = ("hips", "leftUpperLeg", "rightUpperLeg")
+
+
+def _is_map_file(spec: object) -> bool:
+    """As :func:`resolve_map` tells a map file from a preset name."""
+    if not isinstance(spec, str | Path):
+        return False
+    text = str(spec)
+    return Path(text).suffix.lower() in (".toml", ".json") or "/" in text or os.sep in text
+
+
+def _suggestions(skel: Skeleton, joints: list[str]) -> str:
+    """`` (auto-detection finds leftUpperLeg = "thigh_l", ...)``, for the joints it finds."""
     try:
-        bmap = auto_map(skel) if spec in (None, "auto") else resolve_map(spec, skel)
+        found = auto_map(skel).bones
+    except ValueError:
+        return ""
+    hits = [f'{c} = "{found[c]}"' for c in joints if c in found]
+    return f" (auto-detection finds {', '.join(hits)})" if hits else ""
+
+
+def _map_for(skel: Skeleton, spec: str | Path | BoneMap | None, what: str,
+             option: str) -> BoneMap:
+    auto = spec in (None, "auto")
+    try:
+        bmap = auto_map(skel) if auto else resolve_map(spec, skel)
     except (ValueError, OSError) as e:
         raise RetargetError(f"{what} bone map: {e}") from None
-    missing = [c for c in ("hips", "leftUpperLeg", "rightUpperLeg") if c not in bmap.bones]
-    if missing:
+    missing = [c for c in _REQUIRED if c not in bmap.bones]
+    if not missing:
+        return bmap
+    joints = ", ".join(missing)
+    if auto:
         raise RetargetError(
-            f"the {what} does not look like a humanoid: no bone found for {', '.join(missing)}. "
-            f"Give a bone map file (--map / --target-map) naming them")
-    return bmap
+            f"the {what} does not look like a humanoid: no bone found for {joints}. "
+            f"Give a bone map file ({option} map.toml) naming them")
+    if isinstance(spec, BoneMap) or _is_map_file(spec):
+        given = ("the given bone map" if isinstance(spec, BoneMap)
+                 else f"the bone map {Path(spec).name!r}")
+        raise RetargetError(
+            f"{given} for the {what} has no {joints}: a map must name at least "
+            f"{', '.join(_REQUIRED)}; add a line for each under [bones], e.g. "
+            f'{missing[0]} = "<bone name>"' + _suggestions(skel, missing))
+    raise RetargetError(
+        f"preset {spec!r} finds no bone for {joints} in the {what}: choose another preset "
+        f"or auto, or give a bone map file ({option} map.toml) naming them"
+        + _suggestions(skel, missing))
+
+
+def _no_motion_warnings(tmap: BoneMap, pairs: dict) -> list[str]:
+    """Core joints of the character that get no motion from the clip, said plainly."""
+    out = []
+    from_clip = [c for c in humanoid.CORE if c in tmap.bones and c not in pairs]
+    if from_clip:
+        out.append(
+            f"the clip has no {', '.join(from_clip)}: those bones of the character get no "
+            f"motion and stay at rest (they follow their parent). If the clip does have "
+            f"them, give a source bone map (--map map.toml) naming them")
+    on_target = [c for c in humanoid.CORE if c not in tmap.bones]
+    if on_target:
+        out.append(
+            f"no bone of the character is mapped to {', '.join(on_target)}: the clip's "
+            f"motion for them is dropped. Map them with a bone map file (--target-map "
+            f"map.toml) or in the panel's bone map list")
+    return out
 
 
 def retarget_clip(
@@ -158,11 +215,23 @@ def retarget_clip(
     set_scene: bool = True,
     progress: Progress | None = None,
     clip_action: str | None = None,
+    fps: float | None = None,
+    frame_start: int | None = None,
 ) -> RetargetReport:
     """Retarget ``source`` onto the armature ``target`` and bake an Action.
 
-    ``*_map``: "auto", a preset name, a map file path or a BoneMap. With
-    ``set_scene`` the scene's fps and frame range follow the clip.
+    ``*_map``: "auto", a preset name, a map file path or a BoneMap.
+
+    Timing: by default the action is baked at the clip's own rate, one key per clip
+    frame, from the clip's own first frame (1 for files), and ``set_scene`` (default
+    True: what the CLI and batch jobs want in the fresh scene they build) makes the
+    scene's fps and frame range follow the action. To keep a scene's settings, as
+    the Retarget button does, pass ``set_scene=False`` with ``fps`` = the scene's
+    rate: the solved motion is then resampled to that rate (same duration in
+    seconds; rotations slerped, locations lerped between the two nearest clip
+    frames, exact where the times coincide) and ``frame_start`` moves the action's
+    first key. The report gives both the baked ``fps`` and the clip's
+    ``source_fps``.
     """
     report = progress or (lambda f, msg: None)
     if target is None or target.type != "ARMATURE":
@@ -174,9 +243,16 @@ def retarget_clip(
         raise RetargetError(f"clip {src.name!r} has no frames")
     t_read = time.perf_counter()
     report(0.3, "mapping bones")
-    smap = _map_for(src.skeleton, source_map, "source clip")
+    smap = _map_for(src.skeleton, source_map, "source clip", "--map")
     tgt_skel = read_skeleton(target)
-    tmap = _map_for(tgt_skel, target_map, "target character")
+    tmap = _map_for(tgt_skel, target_map, "target character", "--target-map")
+    source_fps = float(src.motion.fps)
+    bake_fps = source_fps if fps is None else float(fps)
+    if not bake_fps > 0 or not np.isfinite(bake_fps):
+        raise RetargetError(f"cannot bake at {fps!r} fps: give a positive frame rate")
+    if not source_fps > 0:
+        raise RetargetError(f"clip {src.name!r} has no frame rate ({source_fps!r} fps)")
+    start = src.motion.frame_start if frame_start is None else int(frame_start)
     warnings = list(src.warnings)
     if not any(c.type == "MESH" for c in target.children_recursive):
         warnings.append(f"target {target.name!r} has no mesh: only the armature will move")
@@ -190,17 +266,23 @@ def retarget_clip(
         raise RetargetError(str(e)) from None
     if not (np.isfinite(result.basis_rot).all() and np.isfinite(result.basis_loc).all()):
         raise RetargetError(f"clip {src.name!r} produced non-finite poses: check the file")
+    basis_rot, basis_loc = result.basis_rot, result.basis_loc
+    if abs(bake_fps - source_fps) > 1e-6 * source_fps:
+        basis_rot, basis_loc = resample_basis(basis_rot, basis_loc, result.keyed,
+                                              source_fps, bake_fps)
+    else:
+        bake_fps = source_fps
+    frames = int(basis_rot.shape[0])
     t_solve = time.perf_counter()
     report(0.7, "baking action")
-    action = write_action(target, tgt_skel, result.basis_rot, result.basis_loc, result.keyed,
-                          src.motion.frame_start, action_name or src.name)
+    action = write_action(target, tgt_skel, basis_rot, basis_loc, result.keyed,
+                          start, action_name or src.name)
     if set_scene:
         scene = bpy.context.scene
-        fps = src.motion.fps
-        scene.render.fps = max(1, round(fps))
-        scene.render.fps_base = scene.render.fps / fps if fps > 0 else 1.0
-        scene.frame_start = src.motion.frame_start
-        scene.frame_end = src.motion.frame_start + src.motion.frames - 1
+        scene.render.fps = max(1, round(bake_fps))
+        scene.render.fps_base = scene.render.fps / bake_fps
+        scene.frame_start = start
+        scene.frame_end = start + frames - 1
     t_bake = time.perf_counter()
     report(1.0, "done")
     foot = result.foot
@@ -208,10 +290,10 @@ def retarget_clip(
         source=str(source.name if isinstance(source, bpy.types.Object) else source),
         target=target.name,
         action=action.name,
-        frames=src.motion.frames,
-        fps=float(src.motion.fps),
-        seconds=src.motion.frames / src.motion.fps if src.motion.fps else 0.0,
-        frame_start=src.motion.frame_start,
+        frames=frames,
+        fps=bake_fps,
+        seconds=frames / bake_fps,
+        frame_start=start,
         root_scale=result.root_scale,
         source_map=smap.to_dict(),
         target_map=tmap.to_dict(),
@@ -219,6 +301,8 @@ def retarget_clip(
         unmapped_target_core=[c for c in humanoid.CORE if c not in result.pairs],
         foot_skate_cm_before=foot.skate_before_cm if foot else None,
         foot_skate_cm_after=foot.skate_after_cm if foot else None,
-        warnings=warnings + result.warnings,
+        warnings=warnings + _no_motion_warnings(tmap, result.pairs) + result.warnings,
         timings_s={"read": t_read - t0, "solve": t_solve - t_read, "bake": t_bake - t_solve},
+        source_fps=source_fps,
+        source_frames=src.motion.frames,
     )

@@ -56,6 +56,52 @@ def check_canonical(names: Iterable[str], where: str = "bone map") -> None:
             f"rigs/humanoid.py such as hips, leftUpperArm, rightIndexProximal")
 
 
+def _side_of_canonical(canonical: str | None) -> str | None:
+    if canonical:
+        for side in ("left", "right"):
+            if canonical.startswith(side):
+                return side
+    return None
+
+
+def bone_side(name: str) -> str | None:
+    """"left", "right" or None, from a bone name in any common convention:
+    ``LeftArm``, ``thigh_l``, ``upperleg.R``, ``UpperArmL``, ``lThigh``, ``L_Foot``."""
+    return _parse(name).side
+
+
+def closest_bone(name: str, names: Iterable[str], canonical: str | None = None) -> str | None:
+    """The bone of ``names`` a mistyped ``name`` most likely meant, or None.
+
+    Case-insensitive (``thigh_L_typo`` is closest to ``thigh_l``, not ``thigh_r``)
+    and side-aware: the side comes from the canonical joint the name is mapped to
+    (``leftUpperLeg``), else from the name itself; bones of the other side are never
+    suggested when a bone of that side is close enough.
+    """
+    names = list(names)
+    if not names:
+        return None
+    side = _side_of_canonical(canonical) or bone_side(name)
+    pool = names
+    if side is not None:
+        same = [n for n in names if bone_side(n) == side]
+        pool = same or names
+    key = name.lower()
+    matcher = difflib.SequenceMatcher()
+    matcher.set_seq2(key)
+    best: tuple[float, int, str] | None = None
+    for k, n in enumerate(pool):
+        matcher.set_seq1(n.lower())
+        if matcher.real_quick_ratio() < 0.6 or matcher.quick_ratio() < 0.6:
+            continue
+        r = matcher.ratio()
+        if r >= 0.6 and (best is None or r > best[0]):
+            best = (r, k, n)
+    if best is None and pool is not names:  # nothing close on that side: any side
+        return closest_bone(name, [n for n in names if n not in pool])
+    return best[2] if best else None
+
+
 @dataclass
 class BoneMap:
     """canonical joint -> bone name, with per-entry confidence (0..1) and source.
@@ -123,8 +169,8 @@ class BoneMap:
         if missing:
             lines = []
             for c, b in missing:
-                close = difflib.get_close_matches(b, skel.names, n=1)
-                lines.append(f"{c} = {b!r}" + (f" (closest bone: {close[0]!r})" if close else ""))
+                close = closest_bone(b, skel.names, canonical=c)
+                lines.append(f"{c} = {b!r}" + (f" (closest bone: {close!r})" if close else ""))
             raise BoneMapError(
                 "bones not in the armature: " + "; ".join(lines)
                 + ". Fix the names or delete those lines, then reload the map.")

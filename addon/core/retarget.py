@@ -408,3 +408,51 @@ def _fk_positions(skel: Skeleton, w: np.ndarray, root: np.ndarray, root_index: i
             offset = r_rest[p].T @ (heads[i] - heads[p])
             pos[:, i] = pos[:, p] + (w[:, p].reshape(-1, 3) @ offset).reshape(-1, 3)
     return pos
+
+
+def resample_positions(frames: int, source_fps: float, fps: float) -> np.ndarray:
+    """Where each output frame falls in the source clip, in (fractional) source frames.
+
+    A clip of ``frames`` samples at ``source_fps`` lasts ``frames / source_fps``
+    seconds; at ``fps`` that is ``round(frames * fps / source_fps)`` frames (at least
+    one), output frame k sampling the clip at time ``k / fps``. Times past the last
+    sample (upsampling the final fraction of a frame) hold the last pose.
+    """
+    if frames < 1 or source_fps <= 0 or fps <= 0:
+        raise ValueError(f"cannot resample {frames} frames from {source_fps} to {fps} fps")
+    count = max(1, int(round(frames * fps / source_fps)))
+    return np.minimum(np.arange(count) * (source_fps / fps), frames - 1)
+
+
+def resample_basis(basis_rot: np.ndarray, basis_loc: np.ndarray, keyed: np.ndarray,
+                   source_fps: float, fps: float) -> tuple[np.ndarray, np.ndarray]:
+    """A solved clip (pose-bone basis rotations (F, n, 3, 3) and locations (F, n, 3))
+    re-timed from ``source_fps`` to ``fps``: same duration in seconds, each output
+    frame sampled at its own time (rotations slerped, locations lerped between the
+    two nearest solved frames; see :func:`resample_positions`). Output frames that
+    coincide with a solved frame are that frame exactly. Unkeyed bones stay identity.
+    """
+    frames, n = basis_rot.shape[:2]
+    if source_fps == fps:
+        return basis_rot, basis_loc
+    pos = resample_positions(frames, source_fps, fps)
+    i0 = np.minimum(np.floor(pos + 1e-9).astype(np.int64), frames - 1)
+    i1 = np.minimum(i0 + 1, frames - 1)
+    w = np.clip(pos - i0, 0.0, 1.0)
+    w[w < 1e-9] = 0.0
+    between = np.flatnonzero(w > 0.0)
+    count = len(pos)
+    rot = bone_major(count, n, 3, 3)
+    rot[:, ~keyed] = np.eye(3)
+    loc = bone_major(count, n, 3)
+    for i in range(n):
+        a, b = basis_loc[i0, i], basis_loc[i1, i]
+        loc[:, i] = a + (b - a) * w[:, None]
+        if not keyed[i]:
+            continue
+        rot[:, i] = basis_rot[i0, i]  # exact where the times coincide
+        if len(between):
+            q0 = matrix_to_quat(basis_rot[i0[between], i])
+            q1 = matrix_to_quat(basis_rot[i1[between], i])
+            rot[between, i] = quat_to_matrix(quat_slerp(q0, q1, w[between]))
+    return rot, loc
