@@ -27,6 +27,7 @@ Options (``options`` of a session; all optional)::
 from __future__ import annotations
 
 import math
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -290,6 +291,12 @@ class RestylePipeline:
 
     # ------------------------------------------------------------ running
 
+    def cross_frame(self, state: dict[str, Any] | None, frame: int | None,
+                    mode: str | bool | None) -> AbstractContextManager:
+        """Cross-frame attention for one call (:func:`.cross_frame.cross_frame_session`
+        on the torch UNet; the onnx engine has its own)."""
+        return cross_frame_session(self.txt2img.unet, state, frame, mode)
+
     def run(self, passes: dict[str, np.ndarray], *, prompt: str = "", negative_prompt: str = "",
             seed: int = 0, width: int, height: int, refs: list[np.ndarray] | None = None,
             options: dict[str, Any] | None = None, callback: StepCallback | None = None,
@@ -330,7 +337,7 @@ class RestylePipeline:
                                                  or self.image_embeds(refs, guidance > 1.0))
         mode, strength, vf = "fresh", 1.0, 0.0
         init = self._temporal_init(passes, options, frame, state, width, height)
-        with (cross_frame_session(self.txt2img.unet, state, frame, options.get("cross_frame")),
+        with (self.cross_frame(state, frame, options.get("cross_frame")),
               torch.inference_mode()):
             if init is None:
                 out = self.txt2img(image=controls, **common).images[0]

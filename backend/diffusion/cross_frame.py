@@ -34,6 +34,9 @@ Use :func:`cross_frame_session` around one pipeline call (the hook), or wrap a
 to get the session option ``cross_frame: "first" | "previous" | None``.
 Loading an IP-Adapter resets every processor of the UNet: enable afterwards
 (:func:`cross_frame_session` installs lazily, so this only matters for manual use).
+The onnx engine keeps the same anchor rules (:func:`begin_run`, :func:`end_run`)
+with the anchor's keys and values instead of its hidden states
+(:mod:`.onnx_cross_frame`).
 """
 
 from __future__ import annotations
@@ -199,6 +202,37 @@ def is_enabled(unet: Any) -> bool:
     return getattr(unet, _ATTR, None) is not None
 
 
+def parse_mode(mode: str | bool | None, default: str = "first") -> str | None:
+    """The anchor of a ``cross_frame`` option: "first" or "previous"; None for off
+    (None, False, "", "off", "none"); True: ``default``. Raises ValueError otherwise."""
+    if mode in (None, False, "", "off", "none"):
+        return None
+    mode = default if mode is True else str(mode)
+    if mode not in MODES:
+        raise ValueError(f"cross_frame {mode!r}: use one of {', '.join(MODES)} or None")
+    return mode
+
+
+def begin_run(state: dict[str, Any], frame: int | None, mode: str) -> tuple[CrossFrameState, _Run]:
+    """The session's anchor state and what one call of it records and attends to
+    (shared by the torch processors and the onnx engine)."""
+    cf = state.get("cross_frame")
+    if not isinstance(cf, CrossFrameState) or cf.mode != mode:
+        cf = state["cross_frame"] = CrossFrameState(mode)
+    if mode == "first":
+        fresh = not cf.anchor or (frame is not None and frame == cf.anchor_frame)
+        return cf, _Run({} if fresh else None, None if fresh else cf.anchor, id(state))
+    follows = (cf.anchor_frame is None or frame is None or frame == cf.anchor_frame + 1)
+    return cf, _Run({}, cf.anchor if cf.anchor and follows else None, id(state))
+
+
+def end_run(cf: CrossFrameState, run: _Run, frame: int | None) -> None:
+    """After a call that succeeded: what it recorded becomes the anchor (the old
+    one is dropped, so at most one anchor outlives a call)."""
+    if run.record is not None:
+        cf.anchor, cf.anchor_frame = run.record, frame
+
+
 @contextmanager
 def cross_frame_session(unet: Any, state: dict[str, Any] | None, frame: int | None,
                         mode: str | bool | None) -> Iterator[CrossFrameState | None]:
@@ -206,27 +240,18 @@ def cross_frame_session(unet: Any, state: dict[str, Any] | None, frame: int | No
     cross-frame attention with anchor ``mode`` ("first", "previous"; True: the
     installed default; None/False/"off": plain, yields None). Installs the
     processors on first use. A call that raises (e.g. cancelled) records nothing."""
-    if mode in (None, False, "", "off", "none") or state is None:
+    mode = parse_mode(mode, ctl_mode(unet))
+    if mode is None or state is None:
         yield None
         return
-    mode = ctl_mode(unet) if mode is True else str(mode)
-    if mode not in MODES:
-        raise ValueError(f"cross_frame {mode!r}: use one of {', '.join(MODES)} or None")
     if not hasattr(unet, "set_attn_processor"):
-        raise ValueError("cross_frame needs the torch engine (a diffusers UNet)")
+        raise ValueError("cross_frame needs a diffusers UNet here (the onnx engine runs it "
+                         "through OnnxRestylePipeline.cross_frame)")
     ctl = getattr(unet, _ATTR, None) or enable_cross_frame_attention(unet, mode)
     if ctl.active is not None and ctl.active.owner == id(state):
         yield state.get("cross_frame")  # nested (a wrapper around a hooked run): one session
         return
-    cf = state.get("cross_frame")
-    if not isinstance(cf, CrossFrameState) or cf.mode != mode:
-        cf = state["cross_frame"] = CrossFrameState(mode)
-    if mode == "first":
-        fresh = not cf.anchor or (frame is not None and frame == cf.anchor_frame)
-        run = _Run({} if fresh else None, None if fresh else cf.anchor, id(state))
-    else:
-        follows = (cf.anchor_frame is None or frame is None or frame == cf.anchor_frame + 1)
-        run = _Run({}, cf.anchor if cf.anchor and follows else None, id(state))
+    cf, run = begin_run(state, frame, mode)
     if ctl.active is not None:
         raise RuntimeError("cross-frame attention: one call at a time per UNet")
     ctl.active = run
@@ -234,8 +259,7 @@ def cross_frame_session(unet: Any, state: dict[str, Any] | None, frame: int | No
         yield cf
     finally:
         ctl.active = None
-    if run.record is not None:  # reached only when the call succeeded
-        cf.anchor, cf.anchor_frame = run.record, frame
+    end_run(cf, run, frame)  # reached only when the call succeeded
 
 
 def ctl_mode(unet: Any) -> str:
@@ -260,7 +284,9 @@ class CrossFrameRestyle:
     def run(self, passes: dict[str, np.ndarray], *, options: dict[str, Any] | None = None,
             frame: int | None = None, state: dict[str, Any] | None = None, **kw: Any) -> Any:
         mode = (options or {}).get("cross_frame")
-        with cross_frame_session(self.pipe.txt2img.unet, state, frame, mode):
+        session = getattr(self.pipe, "cross_frame", None)  # the pipeline's own (onnx engine)
+        with (session(state, frame, mode) if session is not None
+              else cross_frame_session(self.pipe.txt2img.unet, state, frame, mode)):
             return self.pipe.run(passes, options=options, frame=frame, state=state, **kw)
 
     def __call__(self, passes: dict[str, np.ndarray], **kw: Any) -> np.ndarray:

@@ -24,10 +24,12 @@ def cmd_export_onnx(args: argparse.Namespace) -> int:
     from .export import ExportSpec, export_components, parse_size
 
     width, height = parse_size(args.size)
+    if args.union and not args.xl:
+        raise ValueError("--union is an SDXL ControlNet-Union: add --xl")
     if args.tiny and args.xl:
         from .sdxl_pipeline import tiny_xl_components
 
-        comps = tiny_xl_components(0, n_controlnets=int(args.controlnets))
+        comps = tiny_xl_components(0, union=args.union, n_controlnets=int(args.controlnets))
     elif args.tiny:
         comps = tiny_components(0, int(args.controlnets))
     else:
@@ -39,19 +41,20 @@ def cmd_export_onnx(args: argparse.Namespace) -> int:
         if args.xl:
             from .sdxl_pipeline import load_xl_components
 
-            # The ONNX graphs hold separate ControlNets only (no ControlNet-Union).
-            comps = load_xl_components(args.model, dtype, union=False)
+            # the entry's separate ControlNets, or (--union) its ControlNet-Union
+            comps = load_xl_components(args.model, dtype, union=args.union)
         else:
             comps = load_components(registry[args.model], dtype)
     if args.precision == "fp16":
         for m in (comps.unet, comps.vae, comps.text_encoder,
-                  getattr(comps, "text_encoder_2", None), *comps.controlnets.values()):
+                  getattr(comps, "text_encoder_2", None), getattr(comps, "union", None),
+                  *comps.controlnets.values()):
             if m is not None:
                 m.to("cuda")
     dynamo = {"auto": None, "on": True, "off": False}[args.dynamo]
     t0 = time.perf_counter()
-    folder = export_components(comps, ExportSpec(height, width, args.batch, args.precision),
-                               args.out, dynamo=dynamo, force=args.force)
+    spec = ExportSpec(height, width, args.batch, args.precision, cross_frame=args.cross_frame)
+    folder = export_components(comps, spec, args.out, dynamo=dynamo, force=args.force)
     print(f"exported {comps.name or args.model} {width}x{height} {args.precision} "
           f"in {time.perf_counter() - t0:.1f} s -> {folder}")
     return 0
@@ -85,7 +88,11 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                    help="exporter: auto tries dynamo then TorchScript")
     p.add_argument("--force", action="store_true", help="export even when cached")
     p.add_argument("--xl", action="store_true", help="an SDXL model (both text encoders, "
-                   "added conditions; separate ControlNets, not ControlNet-Union)")
+                   "added conditions)")
+    p.add_argument("--union", action="store_true", help="with --xl: the model's "
+                   "ControlNet-Union instead of its separate ControlNets")
+    p.add_argument("--cross-frame", action="store_true", help="the UNet graph's cross-frame "
+                   "variant (sessions with the cross_frame option; cached apart)")
     p.add_argument("--tiny", action="store_true", help="tiny random components (no weights)")
     p.add_argument("--controlnets", type=int, default=3, help="with --tiny: how many (1-3)")
     p.set_defaults(func=_run)

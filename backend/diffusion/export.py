@@ -13,7 +13,13 @@ their inputs and outputs):
   ``MultiControlNetModel``) and fed to the UNet; output ``noise_pred`` (B, 4,
   h, w). With an IP-Adapter (``ExportSpec.ip_images`` > 0) also
   ``image_embeds`` (B, images, D_img) and ``ip_scale`` (1,): the adapter's
-  scale is an input, not a constant.
+  scale is an input, not a constant. A ControlNet-Union (SDXL) instead of
+  several nets: one slot per control kind, ``scales`` per slot and also
+  ``out_scale`` (1,), ``control_type`` (B, types) and ``control_idx`` (slots,)
+  int64 (see ``UNetControlNets._union``). The cross-frame variant
+  (``ExportSpec.cross_frame``, its own cache folder ``…-xf-…``) adds the anchor
+  frame's self-attention keys/values as inputs and the frame's own as outputs
+  (:mod:`.onnx_cross_frame`).
 - ``control_embed.onnx``: ``cond_0`` … (B, 3, H, W) control images in [0, 1]
   -> ``cond_emb_0`` …: each ControlNet's conditioning embedding, eight
   convolutions over the full-size image that do not depend on the step — run
@@ -44,13 +50,15 @@ dynamo path is about 5–7× slower to export (10–16 s for the tiny UNet +
 
 Cache: ``<cache_dir>/<key>/`` where key = hash of every exported module's
 config and state dict (LoRA weights and adapter scales included), the shapes,
-the precision, the onnxruntime, torch and format versions. An existing folder
-is reused without exporting; a new one is written to a temporary folder and
-renamed into place (atomic: a crash never leaves a half-written cache entry).
+the precision, the graph variant (cross-frame or plain: ``…-xf-…`` folders), the
+onnxruntime, torch and format versions. An existing folder is reused without
+exporting; a new one is written to a temporary folder and renamed into place
+(atomic: a crash never leaves a half-written cache entry).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -60,11 +68,12 @@ import tempfile
 import time
 import uuid
 import warnings
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4  # 4: the prompt's cross-attention keys/values in their own graph
 UNET = "unet_controlnets"
 CONTROL = "control_embed"
 TEXT = "text_encoder"
@@ -72,6 +81,7 @@ TEXT2 = "text_encoder_2"  # SDXL's second text encoder
 VAE_ENC = "vae_encoder"
 VAE_DEC = "vae_decoder"
 IMAGE = "image_encoder"
+PROMPT_KV = "prompt_kv"  # the prompt's cross-attention keys/values (.onnx_prompt_kv)
 stats = {"exports": 0, "graphs": 0}  # folders and graphs exported by this process
 
 
@@ -86,6 +96,7 @@ class ExportSpec:
     seq_len: int = 77
     attention: str = "mha"  # "mha": MultiHeadAttention nodes (ORT CPU/CUDA); "onnx": plain
     ip_images: int = 0  # IP-Adapter reference images the UNet graph takes (0: no adapter)
+    cross_frame: bool = False  # the UNet graph's cross-frame variant (:mod:`.onnx_cross_frame`)
 
     def __post_init__(self) -> None:
         if self.precision not in ("fp32", "fp16"):
@@ -152,46 +163,86 @@ def _modules():
 
     class UNetControlNets(torch.nn.Module):
         """UNet + several ControlNets (taking their conditioning embeddings):
-        residuals scaled per net, summed, fed to the UNet. SDXL (``xl``): nets and
-        UNet also take the pooled text embeddings and time ids; IP-Adapter
-        (``ip_scale``): the UNet takes the reference images' embeddings and the
-        adapter scale."""
+        residuals scaled per net, summed, fed to the UNet; or one ControlNet-Union
+        (``union``) over condition slots. Inputs by name (``names``): SDXL (``xl``)
+        also takes the pooled text embeddings and time ids; IP-Adapter (``ip_scale``)
+        the reference images' embeddings and the adapter scale; cross-frame
+        (``xf``, :mod:`.onnx_cross_frame`) the anchor's keys and values, returning
+        the frame's own after ``noise_pred``; ``prompt_kv``
+        (:mod:`.onnx_prompt_kv`) the prompt's cross-attention keys and values."""
 
-        def __init__(self, unet: Any, controlnets: list[Any], ip_scale: Any = None,
-                     xl: bool = False) -> None:
+        def __init__(self, unet: Any, controlnets: list[Any], names: list[str],
+                     ip_scale: Any = None, xl: bool = False, union: Any = None,
+                     xf: Any = None, prompt_kv: Any = None) -> None:
             super().__init__()
             self.unet = unet
             self.controlnets = torch.nn.ModuleList(
                 [_without_cond_embedding(n) for n in controlnets])
+            self.union = _without_cond_embedding(union) if union is not None else None
+            self.names = names
             self.ip_scale = ip_scale
             self.xl = xl
+            self.xf = xf
+            self.prompt_kv = prompt_kv
 
-        def forward(self, sample: Any, timestep: Any, encoder_hidden_states: Any, scales: Any,
-                    *rest: Any) -> Any:
-            n = len(self.controlnets)
-            embs, extra = rest[:n], list(rest[n:])
+        def forward(self, *args: Any) -> Any:
+            x = dict(zip(self.names, args, strict=True))
+            if self.prompt_kv is not None:
+                self.prompt_kv.feed(x)
             added: dict[str, Any] = {}
             if self.xl:
-                added = {"text_embeds": extra.pop(0), "time_ids": extra.pop(0)}
+                added = {"text_embeds": x["text_embeds"], "time_ids": x["time_ids"]}
+            down, mid = (self._union(x, added) if self.union is not None
+                         else self._nets(x, added))
+            if "image_embeds" in x:
+                self.ip_scale.value = x["ip_scale"]
+                added["image_embeds"] = [x["image_embeds"]]
+            if self.xf is not None:
+                self.xf.feed(x)
+            kw = {"added_cond_kwargs": added} if added else {}
+            out = self.unet(x["sample"], x["timestep"],
+                            encoder_hidden_states=x["encoder_hidden_states"],
+                            down_block_additional_residuals=down,
+                            mid_block_additional_residual=mid, return_dict=False, **kw)[0]
+            return out if self.xf is None else (out, *self.xf.outputs())
+
+        def _nets(self, x: dict[str, Any], added: dict[str, Any]) -> tuple[list[Any], Any]:
+            """Each ControlNet's residuals at its scale, summed (as
+            ``MultiControlNetModel``)."""
             net_kw = {"added_cond_kwargs": dict(added)} if added else {}
             down = mid = None
-            for i, (net, emb) in enumerate(zip(self.controlnets, embs, strict=True)):
-                d, m = net(sample, timestep, encoder_hidden_states=encoder_hidden_states,
-                           controlnet_cond=emb, conditioning_scale=scales[i], return_dict=False,
-                           **net_kw)
+            for i, net in enumerate(self.controlnets):
+                d, m = net(x["sample"], x["timestep"],
+                           encoder_hidden_states=x["encoder_hidden_states"],
+                           controlnet_cond=x[f"cond_emb_{i}"], conditioning_scale=x["scales"][i],
+                           return_dict=False, **net_kw)
                 if down is None:
                     down, mid = list(d), m
                 else:
                     down = [a + b for a, b in zip(down, d, strict=True)]
                     mid = mid + m
-            if extra:  # image_embeds, ip_scale
-                image_embeds, ip_scale = extra
-                self.ip_scale.value = ip_scale
-                added["image_embeds"] = [image_embeds]
-            kw = {"added_cond_kwargs": added} if added else {}
-            return self.unet(sample, timestep, encoder_hidden_states=encoder_hidden_states,
-                             down_block_additional_residuals=down,
-                             mid_block_additional_residual=mid, return_dict=False, **kw)[0]
+            return down, mid
+
+        def _union(self, x: dict[str, Any], added: dict[str, Any]) -> tuple[list[Any], Any]:
+            """ControlNet-Union over every condition slot (its several-conditions
+            path: per-slot scales on the inputs), the outputs times ``out_scale``. With
+            one present condition the engine feeds scales (1, 0, ...) and out_scale s:
+            the union's single-condition path. An absent slot has scale 0, and the
+            union's transformer attends across the batch, not across the slots, so
+            it changes nothing."""
+            k = len(self.names_of("cond_emb_"))
+            d, m = self.union(x["sample"], x["timestep"],
+                              encoder_hidden_states=x["encoder_hidden_states"],
+                              controlnet_cond=[x[f"cond_emb_{i}"] for i in range(k)],
+                              control_type=x["control_type"],
+                              control_type_idx=[x["control_idx"][i] for i in range(k)],
+                              conditioning_scale=[x["scales"][i] for i in range(k)],
+                              added_cond_kwargs=dict(added), return_dict=False)
+            s = x["out_scale"]
+            return [r * s for r in d], m * s
+
+        def names_of(self, prefix: str) -> list[str]:
+            return [n for n in self.names if n.startswith(prefix)]
 
     class TextEncoder(torch.nn.Module):
         """``last_hidden_state`` (SD 1.5); SDXL (``xl``): the first output (hidden
@@ -275,6 +326,8 @@ def model_hash(components: Any) -> str:
     h = hashlib.blake2b(digest_size=16)
     mods = [("unet", components.unet), *_controlnets(components), ("vae", components.vae),
             ("text_encoder", components.text_encoder)]
+    if getattr(components, "union", None) is not None:
+        mods.append(("controlnet_union", components.union))
     if getattr(components, "text_encoder_2", None) is not None:
         mods.append(("text_encoder_2", components.text_encoder_2))
     if components.image_encoder is not None:
@@ -293,8 +346,9 @@ def cache_key(components: Any, spec: ExportSpec, weights_hash: str | None = None
              "onnxruntime": onnxruntime.__version__, "torch": torch.__version__,
              "format": FORMAT_VERSION}
     digest = hashlib.blake2b(json.dumps(parts, sort_keys=True).encode(), digest_size=10)
+    variant = "-xf" if spec.cross_frame else ""
     return (f"{components.name or 'model'}-{spec.width}x{spec.height}-b{spec.batch}-"
-            f"{spec.precision}-{digest.hexdigest()}")
+            f"{spec.precision}{variant}-{digest.hexdigest()}")
 
 
 # ------------------------------------------------------------------ export
@@ -380,6 +434,8 @@ def _export_into(folder: Path, comps: Any, spec: ExportSpec, dynamo: bool | None
     import torch
 
     from .onnx_attention import IPScale, fused_attention
+    from .onnx_cross_frame import CrossFrameIO
+    from .onnx_prompt_kv import PromptKVIO
     from .onnx_rewrites import subpixel_upsampling
 
     embed_cls, unet_cls, text_cls, enc_cls, dec_cls, img_cls = _modules()
@@ -396,14 +452,16 @@ def _export_into(folder: Path, comps: Any, spec: ExportSpec, dynamo: bool | None
 
     kinds = [k for k, _ in _controlnets(comps)]
     nets = [prep(n) for _, n in _controlnets(comps)]
+    union = getattr(comps, "union", None)
+    if union is not None:
+        union = prep(union)
+        kinds = _union_slots(union)
     unet = prep(comps.unet)
     vae = prep(comps.vae)
     f = 2 ** (len(vae.config.block_out_channels) - 1)
     if spec.height % f or spec.width % f:
         raise ValueError(f"size {spec.width}x{spec.height} is not a multiple of {f}")
     b, h, w = spec.batch, spec.height // f, spec.width // f
-    lat_c = unet.config.in_channels
-    dim = unet.config.cross_attention_dim
     g = torch.Generator().manual_seed(0)
 
     def rnd(*shape: int) -> Any:
@@ -412,47 +470,38 @@ def _export_into(folder: Path, comps: Any, spec: ExportSpec, dynamo: bool | None
     graphs: dict[str, Any] = {}
     exporter: dict[str, str] = {}
     ip_scale = IPScale()
+    fused = spec.attention == "mha"
 
     def run(name: str, module: Any, args: tuple[Any, ...], ins: list[str], outs: list[str],
-            *fused: Any) -> None:
+            *modules: Any) -> None:
         module.eval()
-        with (fused_attention(*fused, ip_scale=ip_scale, fused=spec.attention == "mha"),
-              subpixel_upsampling(*fused)):
+        with (fused_attention(*modules, ip_scale=ip_scale, fused=fused),
+              subpixel_upsampling(*modules)):
             exporter[name] = _export_graph(module, args, folder / f"{name}.onnx", ins, outs,
                                            dynamo)
         graphs[name] = {"file": f"{name}.onnx", "inputs": ins, "outputs": outs,
                         "shapes": {n: list(a.shape) for n, a in zip(ins, args, strict=True)}}
 
+    embed_nets = [union] * len(kinds) if union is not None else nets
     conds = [torch.rand(b, 3, spec.height, spec.width, generator=g).to(dev, dtype)
-             for _ in nets]
-    embed = embed_cls(nets)
+             for _ in embed_nets]
+    embed = embed_cls(embed_nets)
     with torch.no_grad():
         embs = embed(*conds)
-    n = len(nets)
+    n = len(embed_nets)
     run(CONTROL, embed, tuple(conds), [f"cond_{i}" for i in range(n)],
         [f"cond_emb_{i}" for i in range(n)])
-    args = [rnd(b, lat_c, h, w), torch.tensor([500.0], device=dev), rnd(b, spec.seq_len, dim),
-            torch.full((n,), 0.8, device=dev, dtype=dtype), *embs]
-    names = ["sample", "timestep", "encoder_hidden_states", "scales",
-             *[f"cond_emb_{i}" for i in range(n)]]
-    xl = unet.config.addition_embed_type == "text_time"
-    if xl:  # SDXL: pooled text embeddings (text encoder 2's projection) and 6 time ids
-        te2 = comps.text_encoder_2
-        in_dim = unet.add_embedding.linear_1.in_features
-        n_ids = (in_dim - te2.config.projection_dim) // unet.config.addition_time_embed_dim
-        args += [rnd(b, te2.config.projection_dim),
-                 torch.tensor([[spec.height, spec.width, 0, 0, spec.height, spec.width][:n_ids]]
-                              * b, device=dev, dtype=dtype)]
-        names += ["text_embeds", "time_ids"]
-    if spec.ip_images:
-        proj = getattr(unet, "encoder_hid_proj", None)
-        if proj is None:
-            raise ValueError("ip_images > 0 but the UNet has no IP-Adapter loaded")
-        d_img = proj.image_projection_layers[0].image_embeds.in_features
-        args += [rnd(b, spec.ip_images, d_img), torch.tensor([0.6], device=dev, dtype=dtype)]
-        names += ["image_embeds", "ip_scale"]
-    run(UNET, unet_cls(unet, nets, ip_scale, xl), tuple(args), names, ["noise_pred"], unet,
-        *nets)
+    args, names = _unet_inputs(comps, unet, union, spec, embs, (h, w), rnd, dev, dtype)
+    xl = "time_ids" in names
+    xf = CrossFrameIO() if spec.cross_frame else None
+    pkv = PromptKVIO()
+    wrapper = unet_cls(unet, nets, names, ip_scale, xl, union, xf, pkv)
+    mods = [unet, *nets, *([] if union is None else [union])]
+    with _unet_io(wrapper, args, mods, xf, pkv, fused, rnd) as (args, outs, kv, kv_args):
+        run(UNET, wrapper, tuple(args), wrapper.names, outs, *mods)
+        if kv_args:
+            run(PROMPT_KV, kv, (args[wrapper.names.index("encoder_hidden_states")],),
+                ["encoder_hidden_states"], [n for n, _ in kv_args])
     te = prep(comps.text_encoder)
     ids = torch.randint(0, te.config.vocab_size, (1, spec.seq_len), generator=g).to(dev)
     if xl:
@@ -469,5 +518,113 @@ def _export_into(folder: Path, comps: Any, spec: ExportSpec, dynamo: bool | None
         enc = prep(comps.image_encoder)
         size = enc.config.image_size
         run(IMAGE, img_cls(enc), (rnd(1, 3, size, size),), ["pixel_values"], ["image_embeds"])
-    return {"spec": asdict(spec), "kinds": kinds, "graphs": graphs, "exporter": exporter,
-            "vae_scale_factor": f, "dtype": "float16" if fp16 else "float32", "xl": xl}
+    manifest = {"spec": asdict(spec), "kinds": kinds, "graphs": graphs, "exporter": exporter,
+                "vae_scale_factor": f, "dtype": "float16" if fp16 else "float32", "xl": xl,
+                "union": union is not None}
+    if xf is not None:
+        manifest["cross_frame_layers"] = xf.names
+    return manifest
+
+
+@contextlib.contextmanager
+def _unet_io(wrapper: Any, args: list[Any], mods: list[Any], xf: Any, pkv: Any, fused: bool,
+             rnd: Any) -> Iterator[tuple[list[Any], list[str], Any, list[tuple[str, Any]]]]:
+    """Within: the UNet graph's lookups of the prompt's keys/values
+    (:mod:`.onnx_prompt_kv`) and, with ``xf``, the cross-frame processors
+    (:mod:`.onnx_cross_frame`), after a dry run that finds their layers and shapes;
+    ``wrapper.names`` the graph's inputs. Yields (example inputs, output names, the
+    prompt_kv module, its (output name, example) pairs)."""
+    import torch
+
+    from .onnx_cross_frame import cross_frame_export
+    from .onnx_prompt_kv import key_name, prompt_kv_export, prompt_kv_module, settle, value_name
+
+    names = wrapper.names
+    ehs = args[names.index("encoder_hidden_states")]
+    with contextlib.ExitStack() as stack:
+        projections = stack.enter_context(prompt_kv_export(pkv, *mods))
+        if xf is not None:
+            xf.names = stack.enter_context(cross_frame_export(wrapper.unet, xf, fused))
+        with torch.no_grad():
+            wrapper.eval()(*args)
+        kept = settle(pkv, *mods)
+        outs = ["noise_pred"]
+        if xf is not None:
+            args, names, outs = _cross_frame_io(xf, args, names, rnd)
+        kv = prompt_kv_module(projections, kept).eval()
+        with torch.no_grad():
+            kv_args = list(zip([n for j in kept for n in (key_name(j), value_name(j))],
+                               kv(ehs), strict=True))
+        at = max(i for i, n in enumerate(names) if n.startswith("cond_emb_")) + 1
+        wrapper.names = [*names[:at], *(n for n, _ in kv_args), *names[at:]]
+        yield [*args[:at], *(a for _, a in kv_args), *args[at:]], outs, kv, kv_args
+
+
+def _union_slots(union: Any) -> list[str]:
+    """The condition slots of a ControlNet-Union graph (one per control kind);
+    refuses what the graph does not take."""
+    from .components import CONTROL_KINDS
+
+    cfg = union.config
+    if cfg.global_pool_conditions:
+        raise NotImplementedError("ControlNet-Union with global_pool_conditions (guess mode) "
+                                  "is not in the onnx graphs: use the torch engine")
+    if cfg.controlnet_conditioning_channel_order != "rgb":
+        raise ValueError("ControlNet-Union takes rgb conditions only (its config says "
+                         f"{cfg.controlnet_conditioning_channel_order!r})")
+    return list(CONTROL_KINDS)
+
+
+def _unet_inputs(comps: Any, unet: Any, union: Any, spec: ExportSpec, embs: tuple[Any, ...],
+                 latent_hw: tuple[int, int], rnd: Any, dev: Any, dtype: Any
+                 ) -> tuple[list[Any], list[str]]:
+    """Example inputs and input names of the UNet graph (see the module doc)."""
+    import torch
+
+    b, n = spec.batch, len(embs)
+    args = [rnd(b, unet.config.in_channels, *latent_hw), torch.tensor([500.0], device=dev),
+            rnd(b, spec.seq_len, unet.config.cross_attention_dim),
+            torch.full((n,), 0.8, device=dev, dtype=dtype), *embs]
+    names = ["sample", "timestep", "encoder_hidden_states", "scales",
+             *[f"cond_emb_{i}" for i in range(n)]]
+    if union is not None:  # output scale, control type (multi-hot), task index per slot
+        args += [torch.ones(1, device=dev, dtype=dtype),
+                 torch.ones(b, union.config.num_control_type, device=dev, dtype=dtype),
+                 torch.arange(n, device=dev, dtype=torch.int64)]
+        names += ["out_scale", "control_type", "control_idx"]
+    if unet.config.addition_embed_type == "text_time":
+        # SDXL: pooled text embeddings (text encoder 2's projection) and 6 time ids
+        te2 = comps.text_encoder_2
+        in_dim = unet.add_embedding.linear_1.in_features
+        n_ids = (in_dim - te2.config.projection_dim) // unet.config.addition_time_embed_dim
+        args += [rnd(b, te2.config.projection_dim),
+                 torch.tensor([[spec.height, spec.width, 0, 0, spec.height, spec.width][:n_ids]]
+                              * b, device=dev, dtype=dtype)]
+        names += ["text_embeds", "time_ids"]
+    if spec.ip_images:
+        proj = getattr(unet, "encoder_hid_proj", None)
+        if proj is None:
+            raise ValueError("ip_images > 0 but the UNet has no IP-Adapter loaded")
+        d_img = proj.image_projection_layers[0].image_embeds.in_features
+        args += [rnd(b, spec.ip_images, d_img), torch.tensor([0.6], device=dev, dtype=dtype)]
+        names += ["image_embeds", "ip_scale"]
+    return args, names
+
+
+def _cross_frame_io(xf: Any, args: list[Any], names: list[str], rnd: Any
+                    ) -> tuple[list[Any], list[str], list[str]]:
+    """The UNet graph's inputs and outputs with the cross-frame ones added
+    (:mod:`.onnx_cross_frame`), after a dry run filled ``xf.out``."""
+
+    from . import onnx_cross_frame as X
+
+    one = args[0].new_ones(1)
+    args = [*args, one]
+    names = [*names, X.USE]
+    outs = ["noise_pred"]
+    for j in range(xf.layers):
+        k, _ = xf.out[j]
+        args += [rnd(*k.shape), rnd(*k.shape)]
+        names += [X.key_in(j), X.value_in(j)]
+        outs += [X.key_out(j), X.value_out(j)]
+    return args, names, outs

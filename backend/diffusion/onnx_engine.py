@@ -24,15 +24,21 @@ IP-Adapter: the reference images through the image encoder graph, their
 embeddings and the scale into the UNet graph. The graphs are exported (or
 taken from the cache) per frame size and number of reference images, when a
 session opens (:meth:`OnnxRestylePipeline.prepare`) or on first use. SDXL:
-:mod:`.onnx_xl`.
+:mod:`.onnx_xl`. Cross-frame attention (option ``cross_frame``): a session asking
+for it gets the cross-frame variant of the UNet graph (:mod:`.onnx_cross_frame`);
+the engine keeps the anchor frame's keys and values per layer and step in the
+session state (the anchor rules of :mod:`.cross_frame`) and feeds them to the
+later frames.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +48,7 @@ from .controlnet_pipeline import RestylePipeline
 from .export import (
     CONTROL,
     IMAGE,
+    PROMPT_KV,
     TEXT,
     TEXT2,
     UNET,
@@ -168,6 +175,7 @@ class _Graph:
         self.gpu = self.providers[0] in (TRT, CUDA)
         self.device_id = device_id
         self._binding: Any = None
+        self._last: dict[str, Any] = {}  # steady inputs: the tensor now in the buffer
 
     def run(self, feeds: dict[str, Any]) -> list[np.ndarray]:
         """Run on numpy (or torch) inputs; numpy outputs."""
@@ -176,21 +184,20 @@ class _Graph:
             return self.sess.run(None, feeds)
         return [t.cpu().numpy() for t in self.run_torch(feeds)]
 
-    def run_torch(self, feeds: dict[str, Any]) -> list[Any]:
-        """Run on torch (or numpy) inputs; torch outputs (on the GPU with a GPU provider)."""
+    def run_torch(self, feeds: dict[str, Any], outputs: list[str] | None = None) -> list[Any]:
+        """Run on torch (or numpy) inputs; torch outputs (on the GPU with a GPU provider):
+        all of them, or those named in ``outputs``."""
         import torch
 
         if not self.gpu:
-            outs = self.sess.run(None, {k: _to_numpy(v, self.inputs[k][1])
-                                        for k, v in feeds.items()})
+            outs = self.sess.run(outputs, {k: _to_numpy(v, self.inputs[k][1])
+                                           for k, v in feeds.items()})
             return [torch.from_numpy(o) for o in outs]
         first = self._binding is None
         if first:
             self._bind()
-        for name, v in feeds.items():
-            buf = self._in[name]
-            buf.copy_(torch.as_tensor(v).to(buf.device, buf.dtype).reshape(buf.shape))
-        torch.cuda.current_stream(buf.device).synchronize()
+        self._copy_in(feeds)
+        torch.cuda.current_stream(torch.device("cuda", self.device_id)).synchronize()
         try:
             self.sess.run_with_iobinding(self._binding)
         except Exception:
@@ -199,8 +206,26 @@ class _Graph:
             self.chain = _without_cuda_graph(self.chain)  # capture failed: plain runs
             self.sess = self._session(self.chain)
             self._bind()
-            return self.run_torch(feeds)
-        return [b.clone() for b in self._out.values()]
+            return self.run_torch(feeds, outputs)
+        return [self._out[n].clone() for n in (outputs or self._out)]
+
+    def _copy_in(self, feeds: dict[str, Any]) -> None:
+        """Copy the feeds into the bound input buffers, except a steady input (see
+        :data:`STEADY`) given the same tensor as last time: per-frame values (control
+        embeddings, prompt keys/values; hundreds of small copies a step for SDXL)
+        are copied once a frame, not once a step."""
+        import torch
+
+        for name, v in feeds.items():
+            steady = name.startswith(STEADY)
+            if steady and self._last.get(name) is v:
+                continue
+            buf = self._in[name]
+            buf.copy_(torch.as_tensor(v).to(buf.device, buf.dtype).reshape(buf.shape))
+            if steady:
+                self._last[name] = v  # the reference also keeps its id from being reused
+            else:
+                self._last.pop(name, None)
 
     def _session(self, chain: list[tuple[str, dict]]) -> Any:
         import onnxruntime as ort
@@ -217,6 +242,7 @@ class _Graph:
                np.int32: torch.int32}
         self._binding = self.sess.io_binding()
         self._in, self._out = {}, {}
+        self._last = {}
         for store, spec, bind in ((self._in, self.inputs, self._binding.bind_input),
                                   (self._out, self.outputs, self._binding.bind_output)):
             for name, (shape, dt) in spec.items():
@@ -226,6 +252,9 @@ class _Graph:
 
 
 _GRAPH_KEYS = ("enable_cuda_graph", "trt_cuda_graph_enable")
+# Inputs the engine feeds from per-frame caches and never changes in place: the same
+# tensor object means the same values.
+STEADY = ("cond_emb_", "prompt_key_", "prompt_value_")
 
 
 def _uses_cuda_graph(chain: list[tuple[str, dict]]) -> bool:
@@ -269,13 +298,23 @@ class OnnxEngine:
         self.provider = self.graphs[UNET].providers[0]
         self.kinds: list[str] = self.manifest["kinds"]
         self.spec = ExportSpec(**self.manifest["spec"])
+        self.union = bool(self.manifest.get("union"))
+        # cross-frame variant: the UNet's self-attention layers with anchor inputs
+        self.cross_layers: list[str] = self.manifest.get("cross_frame_layers") or []
         self._emb_cache: dict[tuple, tuple[list[Any], list[Any]]] = {}
+        self._zeros: dict[str, Any] = {}
+        # the prompt's cross-attention keys/values, computed once a frame (.onnx_prompt_kv)
+        self.prompt_names: list[str] = (self.manifest["graphs"].get(PROMPT_KV) or {}).get(
+            "outputs", [])
+        self._kv_cache: dict[tuple, tuple[Any, list[Any]]] = {}
+        self._takes_ehs = "encoder_hidden_states" in self.inputs(UNET)
 
     def run(self, graph: str, feeds: dict[str, Any]) -> list[np.ndarray]:
         return self.graphs[graph].run(feeds)
 
-    def run_torch(self, graph: str, feeds: dict[str, Any]) -> list[Any]:
-        return self.graphs[graph].run_torch(feeds)
+    def run_torch(self, graph: str, feeds: dict[str, Any],
+                  outputs: list[str] | None = None) -> list[Any]:
+        return self.graphs[graph].run_torch(feeds, outputs)
 
     def control_embeddings(self, conds: list[Any], start: int) -> list[Any]:
         """The ControlNets' conditioning embeddings (:data:`CONTROL`) of batch rows
@@ -293,23 +332,52 @@ class OnnxEngine:
         if len(self._emb_cache) >= 8:  # a few frames' worth at most
             self._emb_cache.clear()
         feeds = {f"cond_{j}": torch.as_tensor(c)[start:start + b] for j, c in enumerate(conds)}
+        for name in self.inputs(CONTROL):  # union slots without a condition
+            if name not in feeds:
+                feeds[name] = self.zeros(CONTROL, name)
         embs = self.run_torch(CONTROL, feeds)
         self._emb_cache[key] = (list(conds), embs)
         return embs
 
+    def prompt_kv(self, encoder_hidden_states: Any, start: int) -> dict[str, Any]:
+        """The prompt's cross-attention keys and values (:data:`PROMPT_KV`) of batch rows
+        ``start``..: once a frame, cached like :meth:`control_embeddings` (diffusers
+        passes the same text embedding at every step)."""
+        import torch
+
+        ehs = encoder_hidden_states
+        key = (start, ehs.data_ptr(), tuple(ehs.shape), _version(ehs))
+        hit = self._kv_cache.get(key)
+        if hit is None:
+            if len(self._kv_cache) >= 8:
+                self._kv_cache.clear()
+            b = self.spec.batch
+            outs = self.run_torch(PROMPT_KV, {"encoder_hidden_states":
+                                              torch.as_tensor(ehs)[start:start + b]})
+            hit = self._kv_cache[key] = (ehs, outs)
+        return dict(zip(self.prompt_names, hit[1], strict=True))
+
     def new_frame(self) -> None:
-        """Forget the cached control embeddings (the next frame brings new images)."""
+        """Forget the cached control embeddings and prompt keys/values (the next frame
+        brings new images and maybe a new prompt)."""
         self._emb_cache.clear()
+        self._kv_cache.clear()
 
     def noise_pred(self, sample: Any, timestep: Any, encoder_hidden_states: Any,
                    conds: list[Any], scales: list[float], image_embeds: Any = None,
-                   ip_scale: float = 0.0, text_embeds: Any = None, time_ids: Any = None
-                   ) -> Any:
+                   ip_scale: float = 0.0, text_embeds: Any = None, time_ids: Any = None,
+                   union: tuple[Any, list[int]] | None = None, cross: Any = None) -> Any:
         """The combined UNet + ControlNets; any batch that is a multiple of the
         exported one (run in chunks: classifier-free guidance doubles it).
         ``image_embeds`` (B, images, D) and ``ip_scale``: IP-Adapter, when the
         graph takes it (zeros and 0 when not given); ``text_embeds`` (B, D) and
-        ``time_ids`` (B, 6): SDXL's added conditions."""
+        ``time_ids`` (B, 6): SDXL's added conditions; ``union``: (control_type (B,
+        types), control mode per condition) of a ControlNet-Union graph (its
+        transformer attends across the batch: chunks give the same result because
+        the pipelines' guidance rows share the sample and the conditions);
+        ``cross``: the cross-frame call (:class:`.cross_frame._Run`) of a
+        cross-frame graph: its anchor is fed, and the frame's keys and values
+        recorded when it records."""
         import torch
 
         b = self.spec.batch
@@ -317,30 +385,127 @@ class OnnxEngine:
         if n % b:
             raise ValueError(f"batch {n} is not a multiple of the exported batch {b}")
         t = torch.as_tensor(timestep, dtype=torch.float32).reshape(-1)[:1]
-        sc = torch.tensor([float(s) for s in scales], dtype=torch.float32)
-        ip = "image_embeds" in self.inputs(UNET)
-        if ip:
-            shape, _ = self.inputs(UNET)["image_embeds"]
-            if image_embeds is None:
-                image_embeds = torch.zeros((n, *shape[1:]))
-                ip_scale = 0.0
-            elif tuple(image_embeds.shape[1:]) != tuple(shape[1:]):
-                raise ValueError(f"image_embeds {tuple(image_embeds.shape)}: this engine takes "
-                                 f"{shape[1]} reference image(s) of {shape[2]} values")
-        outs = []
+        fixed = self._control_feeds(scales, union)
+        if "image_embeds" in self.inputs(UNET):
+            image_embeds, ip_scale = self._ip_inputs(image_embeds, ip_scale, n)
+            fixed["ip_scale"] = torch.tensor([float(ip_scale)])
+        anchor = self._anchor(cross, float(t[0]), n)
+        record = cross is not None and cross.record is not None and bool(self.cross_layers)
+        want = ["noise_pred"] if self.cross_layers and not record else None
+        outs: list[list[Any]] = []
         for i in range(0, n, b):
-            feeds = {"sample": sample[i:i + b], "timestep": t,
-                     "encoder_hidden_states": encoder_hidden_states[i:i + b], "scales": sc}
+            feeds = {"sample": sample[i:i + b], "timestep": t, **fixed}
+            if self._takes_ehs:
+                feeds["encoder_hidden_states"] = encoder_hidden_states[i:i + b]
+            if self.prompt_names:
+                feeds.update(self.prompt_kv(encoder_hidden_states, i))
             for j, e in enumerate(self.control_embeddings(conds, i)):
                 feeds[f"cond_emb_{j}"] = e
+            if union is not None:
+                feeds["control_type"] = union[0][i:i + b]
             if text_embeds is not None:
                 feeds["text_embeds"] = text_embeds[i:i + b]
                 feeds["time_ids"] = time_ids[i:i + b]
-            if ip:
+            if image_embeds is not None and "image_embeds" in self.inputs(UNET):
                 feeds["image_embeds"] = image_embeds[i:i + b]
-                feeds["ip_scale"] = torch.tensor([float(ip_scale)])
-            outs.append(self.run_torch(UNET, feeds)[0])
-        return torch.cat(outs) if len(outs) > 1 else outs[0]
+            if self.cross_layers:
+                feeds.update(self._anchor_feeds(anchor, i, b))
+            outs.append(self.run_torch(UNET, feeds, want) if want else
+                        self.run_torch(UNET, feeds))
+        if record:
+            self._record(cross, float(t[0]), outs)
+        return torch.cat([o[0] for o in outs]) if len(outs) > 1 else outs[0][0]
+
+    def _control_feeds(self, scales: list[float], union: tuple[Any, list[int]] | None
+                       ) -> dict[str, Any]:
+        """``scales`` (one per net); a union graph's per-slot scales, output scale and
+        task indices: several conditions scale their inputs, a single one the
+        outputs (as ``ControlNetUnionModel`` does)."""
+        import torch
+
+        if not self.union:
+            return {"scales": torch.tensor([float(s) for s in scales], dtype=torch.float32)}
+        if union is None:
+            raise ValueError("this engine's graph is a ControlNet-Union: give its control "
+                             "types and modes")
+        k, modes = len(self.kinds), [int(m) for m in union[1]]
+        if not 1 <= len(modes) <= k or len(scales) != len(modes):
+            raise ValueError(f"ControlNet-Union graph: 1 to {k} conditions with one scale "
+                             f"each, not {len(modes)} modes and {len(scales)} scales")
+        one = len(modes) == 1
+        ins = [1.0] if one else [float(s) for s in scales]
+        return {"scales": torch.tensor(ins + [0.0] * (k - len(ins)), dtype=torch.float32),
+                "out_scale": torch.tensor([float(scales[0]) if one else 1.0]),
+                "control_idx": torch.tensor(modes + [0] * (k - len(modes)), dtype=torch.int64)}
+
+    def _ip_inputs(self, image_embeds: Any, ip_scale: float, n: int) -> tuple[Any, float]:
+        import torch
+
+        shape, _ = self.inputs(UNET)["image_embeds"]
+        if image_embeds is None:
+            return torch.zeros((n, *shape[1:])), 0.0
+        if tuple(image_embeds.shape[1:]) != tuple(shape[1:]):
+            raise ValueError(f"image_embeds {tuple(image_embeds.shape)}: this engine takes "
+                             f"{shape[1]} reference image(s) of {shape[2]} values")
+        return image_embeds, ip_scale
+
+    # ------------------------------------------------------------ cross-frame
+
+    def _anchor(self, cross: Any, t: float, n: int) -> dict[str, Any] | None:
+        """The anchor's keys and values (graph output name -> (B, tokens, channels)) at
+        the recorded timestep nearest ``t``; None without one, or when it does not
+        fit this graph (another batch, as on torch, or another frame size)."""
+        from . import onnx_cross_frame as X
+        from .cross_frame import _nearest
+
+        if not self.cross_layers or cross is None or not cross.attend:
+            return None
+        shapes = self.inputs(UNET)
+        out = {}
+        for j in range(len(self.cross_layers)):
+            for name, inp in ((X.key_out(j), X.key_in(j)), (X.value_out(j), X.value_in(j))):
+                a = _nearest(cross.attend, name, t)
+                if a is None or a.shape[0] != n or tuple(a.shape[1:]) != shapes[inp][0][1:]:
+                    return None
+                out[inp] = a
+        return out
+
+    def _anchor_feeds(self, anchor: dict[str, Any] | None, i: int, b: int) -> dict[str, Any]:
+        """The cross-frame inputs of batch rows ``i``..``i+b``: the anchor's, or zeros
+        and ``anchor_use`` 0 (the frame attends to itself: plain attention)."""
+        import torch
+
+        from . import onnx_cross_frame as X
+
+        if anchor is None:
+            if self.graphs[UNET].gpu:  # bound buffers keep their last values, never read
+                return {X.USE: torch.zeros(1)}
+            feeds = {name: self.zeros(UNET, name) for name in self.inputs(UNET)
+                     if name.startswith(("anchor_key_", "anchor_value_"))}
+            return {**feeds, X.USE: torch.zeros(1)}
+        return {**{k: v[i:i + b] for k, v in anchor.items()}, X.USE: torch.ones(1)}
+
+    def _record(self, cross: Any, t: float, outs: list[list[Any]]) -> None:
+        """Keep this step's keys and values (all batch rows) in the call's record."""
+        import torch
+
+        from . import onnx_cross_frame as X
+
+        names = [n for j in range(len(self.cross_layers)) for n in (X.key_out(j), X.value_out(j))]
+        for pos, name in enumerate(names, start=1):
+            parts = [o[pos] for o in outs]
+            cross.record.setdefault(name, {})[t] = (torch.cat(parts) if len(parts) > 1
+                                                    else parts[0])
+
+    def zeros(self, graph: str, name: str) -> Any:
+        """A cached zero tensor of one input's shape and dtype."""
+        import torch
+
+        key = f"{graph}/{name}"
+        if key not in self._zeros:
+            shape, dt = self.inputs(graph)[name]
+            self._zeros[key] = torch.from_numpy(np.zeros(shape, dt))
+        return self._zeros[key]
 
     def inputs(self, graph: str) -> dict[str, tuple[tuple, Any]]:
         """Input name -> (shape, numpy dtype) of one graph."""
@@ -372,10 +537,11 @@ def _shim_base():
     return Shim
 
 
-def _shims() -> tuple[type, type, type, type]:
+def _shims() -> tuple[type, type, type, type, type]:
     import torch
     from diffusers.models.autoencoders.autoencoder_kl import AutoencoderKLOutput
     from diffusers.models.autoencoders.vae import DiagonalGaussianDistribution
+    from diffusers.models.controlnets.controlnet_union import ControlNetUnionModel
     from diffusers.models.controlnets.multicontrolnet import MultiControlNetModel
     from transformers.modeling_outputs import BaseModelOutput
 
@@ -392,7 +558,7 @@ def _shims() -> tuple[type, type, type, type]:
                 image_embeds = image_embeds[0]  # one IP-Adapter
             out = h.engine.noise_pred(sample, timestep, encoder_hidden_states, conds, scales,
                                       image_embeds, h.ip_scale, added.get("text_embeds"),
-                                      added.get("time_ids"))
+                                      added.get("time_ids"), h.union_pending, h.cross)
             return (out.to(sample.device, sample.dtype),)
 
     class NetStub(torch.nn.Module):
@@ -424,6 +590,37 @@ def _shims() -> tuple[type, type, type, type]:
                     controlnet_cond: list[Any], conditioning_scale: list[float],
                     *args: Any, **kw: Any) -> tuple[None, None]:
             self.host.pending = (controlnet_cond, conditioning_scale)
+            return None, None
+
+    class UnionShim(ControlNetUnionModel):
+        """Records a ControlNet-Union's conditions, scales, control types and modes of
+        a step for :class:`UNetShim` (an instance of the union class, which the union
+        pipelines test for; the config without the weights)."""
+
+        def __init__(self, host: _OnnxHost, original: Any) -> None:
+            torch.nn.Module.__init__(self)
+            self.__dict__["_internal_dict"] = original._internal_dict
+            self.__dict__["host"] = host
+
+        @property
+        def dtype(self) -> Any:
+            return self.host.dtype
+
+        @property
+        def device(self) -> Any:
+            return torch.device(self.host.device)
+
+        def forward(self, sample: Any, timestep: Any, encoder_hidden_states: Any,
+                    controlnet_cond: list[Any], control_type: Any, control_type_idx: list[int],
+                    conditioning_scale: float | list[float] = 1.0, *args: Any,
+                    **kw: Any) -> tuple[None, None]:
+            if kw.get("guess_mode"):
+                raise NotImplementedError("ControlNet-Union guess mode is not in the onnx "
+                                          "graphs: use the torch engine")
+            scales = (list(conditioning_scale) if isinstance(conditioning_scale, list | tuple)
+                      else [float(conditioning_scale)] * len(controlnet_cond))
+            self.host.pending = (controlnet_cond, scales)
+            self.host.union_pending = (control_type, list(control_type_idx))
             return None, None
 
     class TextOut(tuple):
@@ -465,7 +662,7 @@ def _shims() -> tuple[type, type, type, type]:
         def forward(self, *a: Any, **k: Any) -> Any:  # pragma: no cover - unused
             raise NotImplementedError
 
-    return UNetShim, ControlNetShim, TextShim, VaeShim
+    return UNetShim, ControlNetShim, UnionShim, TextShim, VaeShim
 
 
 def _keep(shim: Any, original: Any, *names: str) -> Any:
@@ -497,19 +694,23 @@ class _OnnxHost:
         self.precision = precision or ("fp16" if gpu and torch.cuda.is_available() else "fp32")
         # TensorRT has no MultiHeadAttention kernel: its exports keep plain attention
         self.attention = "onnx" if provider_names(providers)[0] == TRT else "mha"
-        self.engines: dict[tuple[int, int, int], OnnxEngine] = {}
+        self.engines: dict[tuple[int, int, int, bool], OnnxEngine] = {}
         self.engine: OnnxEngine | None = None
         self.pending: tuple[list[Any], list[float]] = ([], [])
+        self.union_pending: tuple[Any, list[int]] | None = None  # ControlNet-Union's
+        self.cross: Any = None  # the cross-frame call in progress (.cross_frame._Run)
         self.ip_scale = 0.0
         self.originals: dict[str, Any] = {}
 
-    def prepare(self, height: int, width: int, ip_images: int = 0) -> OnnxEngine:
-        """The engine for frames of this size and number of IP-Adapter reference
-        images (exported or taken from the cache); a new frame for it."""
-        key = (height, width, ip_images)
+    def prepare(self, height: int, width: int, ip_images: int = 0,
+                cross_frame: bool = False) -> OnnxEngine:
+        """The engine for frames of this size, number of IP-Adapter reference images
+        and UNet graph (plain, or the cross-frame variant), exported or taken from
+        the cache; a new frame for it."""
+        key = (height, width, ip_images, cross_frame)
         if key not in self.engines:
             spec = ExportSpec(height, width, 1, self.precision, attention=self.attention,
-                              ip_images=ip_images)
+                              ip_images=ip_images, cross_frame=cross_frame)
             folder = export_components(self.pipe.components_for_export(), spec,
                                        self.cache_dir, dynamo=self.dynamo)
             # Each engine holds every graph's weights (RAM or GPU memory): keep the most
@@ -524,12 +725,13 @@ class _OnnxHost:
 
     def attach(self) -> None:
         """Put the shims into both diffusers pipelines."""
-        unet_s, cn_s, text_s, vae_s = _shims()
+        unet_s, cn_s, union_s, text_s, vae_s = _shims()
         p = self.pipe.txt2img
         self.originals = {"unet": p.unet, "controlnet": p.controlnet,
                           "text_encoder": p.text_encoder, "vae": p.vae}
+        union = getattr(self.pipe, "union", False)
         shims = {"unet": _keep(unet_s(self, p.unet), p.unet, "add_embedding"),
-                 "controlnet": cn_s(self, p.controlnet),
+                 "controlnet": (union_s if union else cn_s)(self, p.controlnet),
                  "text_encoder": text_s(self, p.text_encoder),
                  "vae": _keep(vae_s(self, p.vae), p.vae, "post_quant_conv")}
         if getattr(p, "text_encoder_2", None) is not None:  # SDXL
@@ -573,10 +775,12 @@ class OnnxRestylePipeline(RestylePipeline):
 
         o = self.onnx.originals
         extra = {"text_encoder_2": o["text_encoder_2"]} if "text_encoder_2" in o else {}
+        if getattr(self, "union", False):
+            extra.update(union=o["controlnet"], controlnets={})
+        else:
+            extra["controlnets"] = dict(zip(self.kinds, o["controlnet"].nets, strict=True))
         return dataclasses.replace(self.components, unet=o["unet"], vae=o["vae"],
-                                   text_encoder=o["text_encoder"],
-                                   controlnets=dict(zip(self.kinds, o["controlnet"].nets,
-                                                        strict=True)), **extra)
+                                   text_encoder=o["text_encoder"], **extra)
 
     def _reweigh(self, load: Any, *args: Any, **kw: Any) -> Any:
         """Change weights on the torch modules; the next frame exports anew (a new
@@ -606,13 +810,41 @@ class OnnxRestylePipeline(RestylePipeline):
 
     def prepare(self, *, width: int, height: int, options: dict[str, Any] | None = None,
                 refs: Any = ()) -> None:
-        """Export (or take from the cache) and open the graphs for this frame size; the
-        backend calls it when a session opens, so a failing export fails the OPEN."""
-        self.onnx.prepare(height, width, self._ip_images(refs))
+        """Export (or take from the cache) and open the graphs for this frame size (and
+        the cross-frame variant when ``options`` ask for it); the backend calls it when
+        a session opens, so a failing export fails the OPEN."""
+        self.onnx.prepare(height, width, self._ip_images(refs), _cross_on(options))
 
     def prepared(self, *, width: int, height: int, options: dict[str, Any] | None = None,
                  refs: Any = ()) -> bool:
-        return (height, width, self._ip_images(refs)) in self.onnx.engines
+        return (height, width, self._ip_images(refs), _cross_on(options)) in self.onnx.engines
+
+    @contextlib.contextmanager
+    def cross_frame(self, state: dict[str, Any] | None, frame: int | None,
+                    mode: str | bool | None) -> Iterator[Any]:
+        """Cross-frame attention for one call (:mod:`.cross_frame`'s anchor rules): the
+        cross-frame graph is fed the anchor's keys and values and gives the frame's
+        (:meth:`OnnxEngine.noise_pred`); yields the session's
+        :class:`~.cross_frame.CrossFrameState` (None when off)."""
+        from .cross_frame import begin_run, end_run, parse_mode
+
+        mode = parse_mode(mode)
+        host = self.onnx
+        if mode is None or state is None:
+            yield None
+            return
+        if host.cross is not None and host.cross.owner == id(state):
+            yield state.get("cross_frame")  # nested (a wrapper around this run): one session
+            return
+        if host.cross is not None:
+            raise RuntimeError("cross-frame attention: one call at a time per pipeline")
+        cf, run = begin_run(state, frame, mode)
+        host.cross = run
+        try:
+            yield cf
+        finally:
+            host.cross = None
+        end_run(cf, run, frame)  # reached only when the call succeeded
 
     def image_embeds(self, refs: list[np.ndarray], cfg: bool) -> list[Any]:
         """:meth:`RestylePipeline.image_embeds` through the image encoder graph; the
@@ -639,13 +871,22 @@ class OnnxRestylePipeline(RestylePipeline):
 
     def run(self, passes: dict[str, np.ndarray], *, width: int, height: int,
             **kw: Any) -> Any:
-        self.onnx.prepare(height, width, self._ip_images(kw.get("refs")))
+        cross = _cross_on(kw.get("options")) and kw.get("state") is not None
+        self.onnx.prepare(height, width, self._ip_images(kw.get("refs")), cross)
+        self.onnx.union_pending = None
         return super().run(passes, width=width, height=height, **kw)
 
     @property
     def providers(self) -> dict[str, list[str]]:
         """Graph -> providers of the current engine (empty before the first frame)."""
         return self.onnx.engine.providers if self.onnx.engine is not None else {}
+
+
+def _cross_on(options: dict[str, Any] | None) -> bool:
+    """Does a session with ``options`` use cross-frame attention (the graph variant)?"""
+    from .cross_frame import parse_mode
+
+    return parse_mode((options or {}).get("cross_frame")) is not None
 
 
 __all__ = ["OnnxEngine", "OnnxRestylePipeline", "provider_chain", "available_providers",

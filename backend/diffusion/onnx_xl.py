@@ -6,7 +6,8 @@ ControlNets graph also takes SDXL's added conditions (``text_embeds``, the
 second text encoder's pooled projection, and ``time_ids``), both text encoders
 are graphs returning what SDXL's ``encode_prompt`` reads (first output and
 penultimate hidden states), the VAE and the control embeddings as for SD 1.5.
-Separate ControlNets only: ControlNet-Union is not in the graphs (use torch).
+A ControlNet-Union is exported inside the same graph (one condition slot per
+control kind; :mod:`.export`), its conditions' embeddings once a frame.
 """
 
 from __future__ import annotations
@@ -25,9 +26,6 @@ class OnnxRestyleXLPipeline(OnnxRestylePipeline, RestyleXLPipeline):
 
     def __init__(self, components: XLComponents, device: str = "cpu", dtype: Any = None,
                  **engine: Any) -> None:
-        if components.union is not None:
-            raise NotImplementedError("ControlNet-Union is not in the ONNX graphs: use the "
-                                      "torch engine, or separate ControlNets")
         super().__init__(components, device, dtype, **engine)
         check_vae_precision(components.vae, self.onnx.precision)
 

@@ -31,8 +31,7 @@ import numpy as np
 
 from . import components as C
 from .components import CONTROL_KINDS, Components
-from .controlnet_pipeline import DEFAULT_CONTROL, RestylePipeline, RestyleResult
-from .cross_frame import cross_frame_session
+from .controlnet_pipeline import DEFAULT_CONTROL, RestylePipeline
 
 # xinsir/controlnet-union-sdxl-1.0: 0 openpose, 1 depth, 2 hed/pidi/scribble/ted,
 # 3 canny/lineart/mlsd, 4 normal, 5 segment (promax adds 6 tile, 7 repaint)
@@ -145,17 +144,6 @@ class RestyleXLPipeline(RestylePipeline):
             starts.append(float(u.get("start", a0)))
             ends.append(float(u.get("end", b0)))
         return scales, starts, ends
-
-    # ------------------------------------------------------------ running
-
-    def run(self, passes: dict[str, np.ndarray], *, options: dict[str, Any] | None = None,
-            frame: int | None = None, state: dict[str, Any] | None = None,
-            **kw: Any) -> RestyleResult:
-        """Restyle one frame (RestylePipeline.run's arguments); ``options``
-        may add ``cross_frame``."""
-        mode = (options or {}).get("cross_frame")
-        with cross_frame_session(self.txt2img.unet, state, frame, mode):
-            return super().run(passes, options=options, frame=frame, state=state, **kw)
 
 
 # ---------------------------------------------------------------- components

@@ -72,10 +72,6 @@ def engine_problem(options: dict[str, Any]) -> str | None:
     engine = options.get("engine", "torch")
     if engine not in ("torch", "onnx"):
         return f"engine {engine!r} must be \"torch\" or \"onnx\""
-    if engine == "onnx" and options.get("cross_frame") not in (None, False, "off"):
-        return "cross_frame needs the torch engine (the onnx graphs have plain attention)"
-    if engine == "onnx" and options.get("union"):
-        return "ControlNet-Union needs the torch engine (the onnx graphs take separate nets)"
     return None
 
 

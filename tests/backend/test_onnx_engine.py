@@ -74,9 +74,13 @@ def test_unet_and_three_controlnets_as_one_graph(comps, engine) -> None:
         ref = comps.unet(lat, t, encoder_hidden_states=ehs, down_block_additional_residuals=down,
                          mid_block_additional_residual=mid, return_dict=False)[0]
     out = engine.noise_pred(lat, t, ehs, conds, scales)
-    assert engine.manifest["graphs"][E.UNET]["inputs"] == [
-        "sample", "timestep", "encoder_hidden_states", "scales", "cond_emb_0", "cond_emb_1",
-        "cond_emb_2"]
+    ins = engine.manifest["graphs"][E.UNET]["inputs"]
+    kv = engine.manifest["graphs"][E.PROMPT_KV]["outputs"]
+    assert ins[:7] == ["sample", "timestep", "encoder_hidden_states", "scales", "cond_emb_0",
+                       "cond_emb_1", "cond_emb_2"] and ins[7:] == kv
+    # every cross-attention layer's prompt keys/values: UNet 2 down + 1 mid + 3 up,
+    # each ControlNet 2 down + 1 mid
+    assert kv[:2] == ["prompt_key_0", "prompt_value_0"] and len(kv) == 2 * (6 + 3 * 3)
     assert engine.manifest["graphs"][E.CONTROL]["inputs"] == ["cond_0", "cond_1", "cond_2"]
     assert float((out - ref).abs().max()) <= TOL
     # the scales are inputs: another set changes the output like torch does
@@ -214,12 +218,13 @@ def test_control_embeddings_run_once_a_frame(engine, monkeypatch) -> None:
         engine.noise_pred(torch.randn(2, 4, H // 2, W // 2, generator=g), 900 - step * 300,
                           ehs, conds, [1.0, 1.0, 1.0])
     assert runs.count(E.CONTROL) == 2 and runs.count(E.UNET) == 6  # 2 chunks x 3 steps
+    assert runs.count(E.PROMPT_KV) == 2  # the prompt's keys/values: once a frame too
     conds[1].mul_(0.5)  # changed in place: its version counter moved, computed again
     engine.noise_pred(torch.randn(2, 4, H // 2, W // 2, generator=g), 10, ehs, conds,
                       [1.0] * 3)
     assert runs.count(E.CONTROL) == 4
     engine.new_frame()
-    assert not engine._emb_cache
+    assert not engine._emb_cache and not engine._kv_cache
 
 
 def test_attention_is_one_node(folder) -> None:
@@ -231,6 +236,9 @@ def test_attention_is_one_node(folder) -> None:
     # 2 attentions (self, cross) each
     assert ops.count("MultiHeadAttention") == (2 + 1 + 3 + 3 * (2 + 1)) * 2
     assert "Softmax" not in ops
+    # the prompt's keys/values come in as inputs: nothing in the step projects the text
+    graph = onnx.load(str(folder / "unet_controlnets.onnx"), load_external_data=False).graph
+    assert not [n.name for n in graph.node if "encoder_hidden_states" in n.input]
     vae_ops = [n.op_type for n in onnx.load(str(folder / "vae_decoder.onnx")).graph.node]
     assert vae_ops.count("MultiHeadAttention") == 1
     # the upsampling convolution runs on the small grid (onnx_rewrites): no Resize
@@ -339,7 +347,26 @@ def test_loaded_engines_are_bounded_most_recent_kept(pipes, monkeypatch) -> None
     host.prepare(64, 72)
     host.prepare(64, 64)  # used again: now the most recent
     host.prepare(64, 80)  # evicts 64x72, the least recently used
-    assert list(host.engines) == [(64, 64, 0), (64, 80, 0)]
+    assert list(host.engines) == [(64, 64, 0, False), (64, 80, 0, False)]
     host.prepare(64, 72)
     assert made == [(64, 64, 0), (64, 72, 0), (64, 80, 0), (64, 72, 0)]
     assert len(host.engines) == 2
+
+
+def test_steady_inputs_are_copied_once_a_frame() -> None:
+    """On a GPU provider the inputs are copied into bound buffers: a per-frame input
+    (control embedding, prompt keys/values) given as the same tensor again is not
+    copied again; any other input always is."""
+    g = O._Graph.__new__(O._Graph)
+    g._in = {"cond_emb_0": torch.zeros(3), "prompt_key_0": torch.zeros(3),
+             "sample": torch.zeros(3)}
+    g._last = {}
+    feeds = {k: torch.ones(3) for k in g._in}
+    g._copy_in(feeds)
+    assert all(float(b.sum()) == 3 for b in g._in.values())
+    for b in g._in.values():
+        b.zero_()
+    g._copy_in(feeds)  # the same tensors: only "sample" copied again
+    assert [float(b.sum()) for b in g._in.values()] == [0, 0, 3]
+    g._copy_in({"cond_emb_0": torch.full((3,), 2.0)})  # a new frame's tensor
+    assert float(g._in["cond_emb_0"].sum()) == 6
