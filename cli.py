@@ -183,11 +183,14 @@ def cmd_passes(args: argparse.Namespace) -> int:
                                      ("mask", "mask"), ("skeleton", "skeleton"),
                                      ("parts", "parts_color")) if p in passes), None)
 
+    last = {"done": None}
+
     def progress(done: int, total: int, frame: int) -> None:
         if bar:
             bar(done, total, frame)
+        written, last["done"] = last["done"] is not None and done > last["done"], done
         image = out / shown / f"{frame:04d}.png" if shown else None
-        if done and image is not None and image.exists():
+        if written and image is not None and image.exists():
             print(f"Saved: '{image}'", flush=True)  # what Flamenco/Deadline show per frame
 
     summary = make_passes(scene, opts, out, progress=progress)
@@ -284,10 +287,13 @@ def cmd_restyle(args: argparse.Namespace) -> int:
     bar = _frame_bar(len(frames))
     out = Path(args.out)
 
+    last = {"done": None}
+
     def progress(done: int, total: int, frame: int) -> None:
         if bar:
             bar(done, total, frame)
-        if result_path(out, frame).exists() and done:
+        written, last["done"] = last["done"] is not None and done > last["done"], done
+        if written and result_path(out, frame).exists():  # the first call: skipped frames
             print(f"Saved: '{result_path(out, frame)}'", flush=True)  # Flamenco/Deadline
 
     try:

@@ -68,3 +68,29 @@ def test_panel_add_camera(camera_less_shot, bpy_clean) -> None:
         painted_skin.unregister()
     cams = [o for o in bpy.data.objects if o.type == "CAMERA"]
     assert len(cams) == 1 and scene.camera == cams[0] and scene.frame_current == 7
+
+
+@pytest.mark.parametrize("turn_deg", [0, 90, 180])
+def test_the_camera_is_in_front_of_the_character_whichever_way_it_faces(
+        camera_less_shot, bpy_clean, turn_deg) -> None:
+    import math
+
+    from painted_skin.addon.blender.auto_camera import add_follow_camera
+    from painted_skin.addon.blender.armature_io import read_skeleton
+    from painted_skin.addon.core.bonemap import auto_map
+
+    bpy = bpy_clean
+    bpy.ops.wm.open_mainfile(filepath=str(camera_less_shot))
+    scene = bpy.context.scene
+    arm = next(o for o in bpy.data.objects if o.type == "ARMATURE")
+    arm.rotation_euler[2] += math.radians(turn_deg)
+    cam = add_follow_camera(scene)
+    scene.frame_set(scene.frame_start)
+    bones = auto_map(read_skeleton(arm)).bones
+    head = {k: np.array(arm.matrix_world @ arm.pose.bones[bones[k]].head)
+            for k in ("hips", "leftUpperLeg", "rightUpperLeg")}
+    left = (head["leftUpperLeg"] - head["rightUpperLeg"])[:2]
+    forward = np.array([left[1], -left[0]]) / np.linalg.norm(left)
+    to_cam = np.array(cam.matrix_world.translation)[:2] - head["hips"][:2]
+    cos = float(forward @ to_cam / np.linalg.norm(to_cam))
+    assert cos > 0.7  # three-quarter front (cos 0.85 by design), not from behind

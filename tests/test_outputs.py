@@ -145,3 +145,35 @@ def test_panel_refuses_a_blend_relative_folder_in_an_unsaved_file(
     finally:
         painted_skin.unregister()
     assert list(tmp_path.iterdir()) == []  # nothing landed in the working folder
+
+
+def test_cameras_switched_by_markers_are_one_shot(bpy_clean, shot_blend, tmp_path) -> None:
+    """Markers bind cameras to frames: scene.camera then depends on the last frame set.
+    Chunks (and frame-by-frame UI runs) of that shot must still be one shot."""
+    from painted_skin.addon.blender.passes import PassOptions, make_passes
+
+    bpy = bpy_clean
+    bpy.ops.wm.open_mainfile(filepath=str(shot_blend))
+    scene = bpy.context.scene
+    first = scene.camera
+    second = first.copy()
+    second.name = "CamB"
+    scene.collection.objects.link(second)
+    scene.timeline_markers.new("a", frame=1).camera = first
+    scene.timeline_markers.new("b", frame=4).camera = second
+    for frames in (range(1, 3), range(5, 7), range(3, 4)):
+        make_passes(scene, PassOptions(frames=frames, width=32, height=32, passes=("mask",)),
+                    tmp_path)
+    shot = json.loads((tmp_path / "manifest.json").read_text())["shot"]
+    assert shot["camera"] == sorted([first.name, "CamB"])
+    assert len(list((tmp_path / "mask").iterdir())) == 5
+
+
+def test_resumed_cli_passes_print_saved_only_for_frames_written(shot_blend, tmp_path, capsys,
+                                                               bpy_clean) -> None:
+    out = tmp_path / "p"
+    argv = ["passes", str(shot_blend), "--frames", "1-2", "--size", "32x32", "--passes",
+            "mask", "--out", str(out)]
+    assert cli.main(argv) == 0 and capsys.readouterr().out.count("Saved: '") == 2
+    assert cli.main([*argv[:3], "1-3", *argv[4:]]) == 0
+    assert capsys.readouterr().out.count("Saved: '") == 1  # frame 3 only

@@ -40,9 +40,11 @@ def add_follow_camera(scene: bpy.types.Scene) -> bpy.types.Object:
     scene.frame_set(scene.frame_start)  # framed on the shot's first pose
     try:
         floor, height = character_height(meshes)
-        hips = _hips(arm)
+        bones = auto_map(read_skeleton(arm)).bones if arm is not None else {}
+        hips = bones.get("hips")
         centre = Vector(arm.matrix_world @ arm.pose.bones[hips].head) if hips else \
             Vector(np.mean([ob.matrix_world.translation for ob in meshes], axis=0).tolist())
+        forward, left = _heading(arm, bones)
     finally:
         scene.frame_set(frame_now)
     cam = bpy.data.objects.get(CAMERA_NAME)
@@ -52,7 +54,8 @@ def add_follow_camera(scene: bpy.types.Scene) -> bpy.types.Object:
         scene.collection.objects.link(cam)
     cam.data.lens = LENS_MM
     cam.data.clip_start, cam.data.clip_end = 0.01 * height, 100.0 * height
-    dx, dy = (float(v) for v in OFFSET * height)
+    # OFFSET is in the character's frame: x to its left, y along -forward (it faces -Y)
+    dx, dy = (float(v) for v in (OFFSET[0] * left - OFFSET[1] * forward) * height)
     eye = Vector((centre.x + dx, centre.y + dy, floor + EYE * height))
     aim = Vector((centre.x, centre.y, floor + AIM * height)) - eye
     cam.rotation_euler = aim.to_track_quat("-Z", "Y").to_euler()
@@ -69,11 +72,23 @@ def add_follow_camera(scene: bpy.types.Scene) -> bpy.types.Object:
     return cam
 
 
-def _hips(arm: bpy.types.Object | None) -> str | None:
-    if arm is None:
-        return None
-    bmap = auto_map(read_skeleton(arm))
-    return bmap.bones.get("hips")
+def _heading(arm: bpy.types.Object | None, bones: dict[str, str]
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, left) unit vectors in the floor plane at the current frame: from the
+    hips' left-right axis (upper legs); the project's convention (facing -Y, left +X)
+    when the rig does not tell."""
+    default = np.array([0.0, -1.0]), np.array([1.0, 0.0])
+    if arm is None or "leftUpperLeg" not in bones or "rightUpperLeg" not in bones:
+        return default
+    mw = arm.matrix_world
+    lr = np.array(mw @ arm.pose.bones[bones["leftUpperLeg"]].head) - \
+        np.array(mw @ arm.pose.bones[bones["rightUpperLeg"]].head)
+    lr = lr[:2]
+    norm = float(np.linalg.norm(lr))
+    if norm < 1e-6:
+        return default
+    left = lr / norm
+    return np.array([left[1], -left[0]]), left  # forward = left x up
 
 
 __all__ = ["CAMERA_NAME", "add_follow_camera", "character_height"]

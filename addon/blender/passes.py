@@ -127,7 +127,10 @@ def shot_identity(geo: ShotGeometry) -> dict:
     action = arm.animation_data.action if arm and arm.animation_data else None
     return {
         "scene": scene.name,
-        "camera": scene.camera.name if scene.camera else None,
+        # Markers may switch the scene camera per frame (scene.camera then depends on
+        # the last frame_set): the shot's cameras are the marker-bound ones, if any.
+        "camera": sorted({m.camera.name for m in scene.timeline_markers if m.camera})
+        or (scene.camera.name if scene.camera else None),
         "armature": arm.name if arm else None,
         "action": action.name if action else None,
         "meshes": {ob.name: [int(c) for c in n]  # vertices, faces, corners
@@ -380,10 +383,12 @@ def _cycles_iter(scene: bpy.types.Scene, geo: ShotGeometry, opts: PassOptions,
 
 def make_passes(scene: bpy.types.Scene, opts: PassOptions, out: Path,
                 progress: Progress | None = None,
-                cancelled: Callable[[], bool] | None = None) -> dict:
+                cancelled: Callable[[], bool] | None = None, clean_temps: bool = True) -> dict:
     """Write the passes of ``opts.frames`` into ``out``; returns a summary.
 
     Frames already complete are skipped. ``cancelled`` is polled between frames.
+    ``clean_temps``: first delete the temp files killed runs left (once per run: a
+    caller making one frame per call passes it on the first call only).
     """
     opts.validate()
     first, last = opts.frames.start, opts.frames[-1]
@@ -408,7 +413,9 @@ def make_passes(scene: bpy.types.Scene, opts: PassOptions, out: Path,
                 near, far = shot_depth_range(geo, range(scene.frame_start, scene.frame_end + 1))
         out.mkdir(parents=True, exist_ok=True)
         _check_manifest(out, _manifest(opts, near, far, geo))
-        remove_stale_temps(out)  # what a killed run left half-written
+        if clean_temps:  # what a killed run left half-written, in our own folders
+            remove_stale_temps([out / sub for sub in {"camera"} | {
+                sub for p in PASSES for sub, _ in FILES[p]}])
         todo = [f for f in opts.frames if not frame_done(out, opts.passes, f)]
         done = skipped = len(opts.frames) - len(todo)
         if progress:

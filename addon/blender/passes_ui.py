@@ -59,7 +59,7 @@ class PS_OT_render_passes(bpy.types.Operator):
         try:
             summary = make_passes(context.scene, s.options(context.scene),
                                   output_folder(s.out_dir, "passes"))
-        except (ShotError, UnwritableOutput, OSError) as e:
+        except (ValueError, OSError) as e:  # ShotError, UnwritableOutput, a damaged manifest
             self.report({"ERROR"}, str(e))
             return {"CANCELLED"}
         for w in summary["warnings"]:
@@ -98,8 +98,8 @@ class PS_OT_render_passes(bpy.types.Operator):
                            height=self._opts.height, engine=self._opts.engine,
                            passes=self._opts.passes)
         try:
-            make_passes(context.scene, opts, self._out)
-        except (ShotError, OSError) as e:  # OSError: the disk filled, the share went away
+            make_passes(context.scene, opts, self._out, clean_temps=self._k == 0)
+        except (ValueError, OSError) as e:  # ShotError, a damaged manifest, a full disk...
             self.report({"ERROR"}, str(e))
             return self._finish(context, cancelled=True)
         self._k += 1

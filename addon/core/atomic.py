@@ -43,20 +43,28 @@ def temp_file_for(path: Path, suffix: str = "") -> str:
     return tmp
 
 
-def remove_stale_temps(folder: str | os.PathLike, older_than_s: float = 900.0) -> int:
-    """Delete the temp files a killed run left in ``folder`` and its sub-folders
-    (hidden, with the temp mark) not touched for ``older_than_s``; returns how many.
-    The age test spares the files other processes (farm chunks) are writing now."""
-    import time
-
-    n, cutoff = 0, time.time() - older_than_s
-    for f in Path(folder).rglob(f".*{TMP_MARK}*"):
+def remove_stale_temps(folders: list[Path], older_than_s: float = 900.0) -> int:
+    """Delete the temp files killed runs left in ``folders`` (not their sub-folders):
+    only names this module makes for frame files (``.####.<ext>.<random>.tmp...``),
+    not touched for ``older_than_s``, measured against a probe file's time (the file
+    server's clock, not this machine's: a farm's clocks may differ). The age test
+    spares files other processes (farm chunks) are writing now. Returns how many."""
+    n = 0
+    for folder in folders:
+        if not folder.is_dir():
+            continue
+        probe = Path(temp_file_for(folder / ".clock"))
         try:
-            if f.is_file() and f.stat().st_mtime < cutoff:
-                f.unlink()
-                n += 1
-        except OSError:  # gone already (its writer finished), or not ours to delete
-            pass
+            now = probe.stat().st_mtime
+        finally:
+            probe.unlink(missing_ok=True)
+        for f in folder.glob(f".[0-9][0-9][0-9][0-9]*{TMP_MARK}*"):
+            try:
+                if f.is_file() and f.stat().st_mtime < now - older_than_s:
+                    f.unlink()
+                    n += 1
+            except OSError:  # gone already (its writer finished), or not ours to delete
+                pass
     return n
 
 

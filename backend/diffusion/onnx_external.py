@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from typing import Any
 ALIGN = 4096  # offsets page-aligned, so onnxruntime can map the weights
 SMALL = 64  # constants up to this many elements reach shape inference (shape tensors)
 _SHAPE_PASS = "_jit_pass_onnx_graph_shape_type_inference"
+_PATCH_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -37,19 +39,21 @@ def _shape_inference_without_weights() -> Iterator[None]:
     """While exporting, shape inference sees only the small constants."""
     from torch import _C
 
-    original = getattr(_C, _SHAPE_PASS, None)
-    if original is None:  # another torch: nothing to narrow
-        yield
-        return
+    with _PATCH_LOCK:  # one export at a time patches (and restores) the pass
+        original = getattr(_C, _SHAPE_PASS, None)
+        if original is None:  # another torch: nothing to narrow
+            yield
+            return
 
-    def narrowed(graph: Any, params: dict[str, Any], opset: int) -> Any:
-        return original(graph, {k: v for k, v in params.items() if v.numel() <= SMALL}, opset)
+        def narrowed(graph: Any, params: dict[str, Any], opset: int) -> Any:
+            small = {k: v for k, v in params.items() if v.numel() <= SMALL}
+            return original(graph, small, opset)
 
-    setattr(_C, _SHAPE_PASS, narrowed)
-    try:
-        yield
-    finally:
-        setattr(_C, _SHAPE_PASS, original)
+        setattr(_C, _SHAPE_PASS, narrowed)
+        try:
+            yield
+        finally:
+            setattr(_C, _SHAPE_PASS, original)
 
 
 def _named_tensors(module: Any) -> dict[str, Any]:

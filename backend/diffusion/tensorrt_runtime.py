@@ -24,9 +24,10 @@ import os
 import sys
 from pathlib import Path
 
-# shared-library names by TensorRT major version, newest first
-_SONAMES = ("libnvinfer.so.10", "libnvinfer.so.8") if sys.platform != "win32" else \
-    ("nvinfer_10.dll", "nvinfer.dll")
+# The TensorRT major version onnxruntime's TensorRT EP is built against (10 since
+# onnxruntime 1.18): another major (a leftover libnvinfer.so.8) would not be loaded
+# by the EP, which would fall back to CUDA quietly.
+_SONAMES = ("libnvinfer.so.10",) if sys.platform != "win32" else ("nvinfer_10.dll",)
 
 
 def format_version(code: int) -> str:
