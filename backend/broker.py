@@ -337,10 +337,24 @@ class Broker:
         return min(fit, key=lambda w: (len(w.sessions), w.queue_depth), default=None)
 
     def _assign(self, s: BrokerSession, w: Worker) -> None:
-        """Send the session (its OPEN, then its frames in flight) to worker ``w``."""
+        """Send the session (its OPEN, then its frames in flight) to worker ``w``.
+
+        A session that moves (its client had its OPENED) starts there with empty
+        state, which a temporal chain cannot continue from: its frames in flight go
+        back to the client (``opened {moved: true}``, then ``cancelled`` for each),
+        which sends them again, the first with the previous frame carried."""
         s.worker = w.address
         w.sessions.add(s.key)
         self._to_worker(w.address, [*s.route, *s.open_frames])
+        if s.opened:
+            moved, s.inflight = sorted(s.inflight), {}
+            self._to_client(s.route, reply(protocol.OPENED, session=s.key[1], moved=True,
+                                           credits=s.credits))
+            for f in moved:
+                self._to_client(s.route, error(E_CANCELLED, f"frame {f}: the session moved "
+                                               "to another worker; send it again", None,
+                                               s.key[1], f))
+            return
         for f in sorted(s.inflight):
             self._to_worker(w.address, [*s.route, *s.inflight[f]])
 

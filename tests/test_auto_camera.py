@@ -75,8 +75,8 @@ def test_the_camera_is_in_front_of_the_character_whichever_way_it_faces(
         camera_less_shot, bpy_clean, turn_deg) -> None:
     import math
 
-    from painted_skin.addon.blender.auto_camera import add_follow_camera
     from painted_skin.addon.blender.armature_io import read_skeleton
+    from painted_skin.addon.blender.auto_camera import add_follow_camera
     from painted_skin.addon.core.bonemap import auto_map
 
     bpy = bpy_clean

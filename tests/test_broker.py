@@ -153,6 +153,15 @@ def test_worker_killed_mid_shot_frames_arrive_once(tmp_path):
                 except TimeoutError:
                     c.send(P.PING)  # keep our sessions alive while the broker notices
                     continue
+                if m.type == P.OPENED:  # moved to the other worker (empty state there)
+                    assert m.header["moved"] is True
+                    continue
+                if m.type == P.ERROR:  # its frames in flight come back: send them again
+                    assert m.header["code"] == P.E_CANCELLED and "moved" in m.header["message"]
+                    k = int(m.session[1:])
+                    c.send(P.FRAME, make_passes(H, W, salt=100 * k + m.frame),
+                           session=m.session, frame=m.frame)
+                    continue
                 if m.type != P.RESULT:
                     assert m.type == P.PONG, m.header
                     continue
@@ -196,3 +205,52 @@ def test_worker_reconnects_to_a_restarted_broker(cluster):
         c.close()
         again.stop()
         thread.join(5)
+
+
+def test_add_on_client_carries_its_chain_across_a_worker_failover(tmp_path):
+    """A worker dies mid-shot: the broker hands the session's frames back, the add-on's
+    client sends them again to the new worker, the first with the previous frame
+    carried (a temporal chain continues), and every frame arrives once, correct."""
+    from painted_skin.addon.blender.client import BackendClient
+
+    broker, line = spawn("broker", "--frontend", LOOP, "--backend", LOOP,
+                         log=tmp_path / "broker.log")
+    procs = [broker]
+    try:
+        front, back = line.split("listening on ")[1].split()[0], line.split()[-2]
+        workers = [spawn("serve", "--connect", back)[0] for _ in range(2)]
+        procs += workers
+        probe = Client(front)
+        try:
+            wait_workers(probe, 2)
+        finally:
+            probe.close()
+        W, H, N = 32, 24, 16
+        got: dict[int, np.ndarray] = {}
+        carried: list[int] = []
+
+        def carry_for(f: int) -> dict | None:
+            if f - 1 not in got:
+                return None
+            carried.append(f)
+            return {"carry_rgb": got[f - 1], "carry_depth": np.zeros((H, W), np.float32)}
+
+        def on_result(r) -> None:
+            got[r.frame] = r.rgb
+            if len(got) == 5:  # both workers die; a new one takes the session over
+                for w in workers:
+                    w.send_signal(signal.SIGKILL)
+                procs.append(spawn("serve", "--connect", back)[0])
+
+        frames = ((f, make_passes(H, W, salt=f)) for f in range(N))
+        with BackendClient(front, timeout_s=30) as c:
+            c.open("echo", W, H, seed=9, options={"steps": 2, "delay_ms": 60,
+                                                  "progress": False})
+            c.run_shot(frames, on_result, carry_for=carry_for)
+        assert sorted(got) == list(range(N))
+        for f, rgb in got.items():
+            np.testing.assert_array_equal(rgb, expected(make_passes(H, W, salt=f), 9, f, W, H))
+        assert carried == [5]  # the first frame sent again after the move, and only it
+    finally:
+        for p in reversed(procs):
+            stop(p)

@@ -677,6 +677,10 @@ class BackendClient:
                     self._ensure_ring(self.credits, self._session["width"]
                                       * self._session["height"])
                 self._requeue_inflight()
+            elif h.get("moved") and self.shot is not None:
+                # a broker moved the session to another worker (empty state there): the
+                # frames it hands back go again, the first with the previous frame carried
+                self.shot.fresh_state = True
         elif msg.type == P.PROGRESS:
             shot = self.shot
             if shot is not None and h.get("frame") in shot.held:
