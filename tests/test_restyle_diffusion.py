@@ -74,10 +74,12 @@ def test_demo_shot_restyled_by_the_tiny_diffusion_pipeline(backend, bpy_clean, t
     assert again["written"] == 0 and again["skipped"] == 3
 
 
-def test_a_resumed_temporal_shot_is_the_uninterrupted_one(backend, bpy_clean, tmp_path):
+@pytest.mark.parametrize("extra", [{}, {"cross_frame": "first"}], ids=["temporal", "anchored"])
+def test_a_resumed_temporal_shot_is_the_uninterrupted_one(backend, bpy_clean, tmp_path, extra):
     """Each temporal frame warps the previous one: a resumed run (here on a freshly
     started backend, whose session state is empty) continues the chain from the
-    carried previous frame, bit for bit."""
+    carried previous frame, bit for bit; with cross-frame attention the run's first
+    frame is run again first, to record the same anchor."""
     from painted_skin.addon.blender.image_io import read_image
     from painted_skin.addon.blender.restyle import (
         carry_path,
@@ -93,7 +95,7 @@ def test_a_resumed_temporal_shot_is_the_uninterrupted_one(backend, bpy_clean, tm
     retarget_clip(gen.write_clip(tmp_path / "walk.bvh", "walk", frames=10, fps=24), arm)
     scene = bpy_clean.context.scene
     kw = dict(size=64, pipeline="sd15-controlnet", prompt="a painted knight", seed=5,
-              options={"tiny": True, "steps": 2, "scheduler": "lcm", "temporal": True},
+              options={"tiny": True, "steps": 2, "scheduler": "lcm", "temporal": True, **extra},
               timeout_s=120)
     whole, parts = tmp_path / "whole", tmp_path / "parts"
     restyle_shot(scene, whole, url, frames=range(2, 8), **kw)

@@ -139,6 +139,9 @@ class Shot:
     # Temporal sessions: the previous frame's carry arrays for frame f (None: none), sent
     # with the first frame after every (re)open, whose backend state starts empty.
     carry_for: Callable[[int], Arrays | None] | None = None
+    # ... and the frames to run before it there, results dropped (cross-frame anchors)
+    primers_for: Callable[[int], list[tuple[int, Arrays]]] | None = None
+    priming: set[int] = field(default_factory=set)
     fresh_state: bool = True
 
     @property
@@ -487,27 +490,34 @@ class BackendClient:
 
     def start_shot(self, frames: Iterable[tuple[int, Arrays]], on_result: OnResult,
                    on_progress: OnProgress | None = None,
-                   carry_for: Callable[[int], Arrays | None] | None = None) -> Shot:
+                   carry_for: Callable[[int], Arrays | None] | None = None,
+                   primers_for: Callable[[int], list[tuple[int, Arrays]]] | None = None
+                   ) -> Shot:
         """Begin streaming ``frames`` ((frame, arrays) pairs, pulled lazily as credits
         allow) through the open session; drive it with :meth:`poll_once`.
         ``carry_for(f)``: the arrays restoring a temporal session's state as after
         frame f - 1 (see ``backend/diffusion/carry.py``), sent with the first frame
-        after each (re)open, so a backend restart does not break the chain."""
+        after each (re)open, so a backend restart does not break the chain;
+        ``primers_for(f)``: frames to run before it there whose results are dropped
+        (to record a cross-frame anchor again)."""
         if self._session is None:
             raise BackendError("no_session", "open() a session before a shot")
         if self.shot is not None and not self.shot.done:
             raise BackendError("busy", "a shot is already running on this client")
         self._mark_busy()
-        self.shot = Shot(iter(frames), on_result, on_progress, carry_for=carry_for)
+        self.shot = Shot(iter(frames), on_result, on_progress, carry_for=carry_for,
+                         primers_for=primers_for)
         self.shot.fresh_state = not self._opened or self._frames_sent_in_session == 0
         return self.shot
 
     def run_shot(self, frames: Iterable[tuple[int, Arrays]], on_result: OnResult,
                  on_progress: OnProgress | None = None,
                  cancelled: Callable[[], bool] | None = None,
-                 carry_for: Callable[[int], Arrays | None] | None = None) -> dict:
+                 carry_for: Callable[[int], Arrays | None] | None = None,
+                 primers_for: Callable[[int], list[tuple[int, Arrays]]] | None = None
+                 ) -> dict:
         """Blocking: stream a whole shot (headless; bpy module mode has no timers)."""
-        shot = self.start_shot(frames, on_result, on_progress, carry_for)
+        shot = self.start_shot(frames, on_result, on_progress, carry_for, primers_for)
         while not shot.done:
             if cancelled is not None and not shot.cancelled and cancelled():
                 self.cancel()
@@ -627,16 +637,29 @@ class BackendClient:
             shot.sent += 1
 
     def _send_frame(self, f: int, arrays: Arrays) -> None:
-        mid = P.new_id()
-        self._ids[mid] = f
-        fields = {"id": mid, "session": self._session_id(), "frame": f}
-        self._frames_sent_in_session += 1
         shot = self.shot
         if shot is not None and shot.fresh_state:
             shot.fresh_state = False  # from this frame on the backend's state follows
+            # frames re-run first, their results dropped (cross-frame anchors)
+            for pf, parrays in shot.primers_for(f) if shot.primers_for is not None else ():
+                if pf == f or pf in shot.held:
+                    continue
+                shot.held[pf] = parrays
+                shot.priming.add(pf)
+                shot.inflight.add(pf)
+                self._send_one(pf, parrays)
             carry = shot.carry_for(f) if shot.carry_for is not None and f > 0 else None
             if carry:
-                arrays, fields["carry_frame"] = {**arrays, **carry}, f - 1
+                arrays = {**arrays, **carry}
+        self._send_one(f, arrays)
+
+    def _send_one(self, f: int, arrays: Arrays) -> None:
+        mid = P.new_id()
+        self._ids[mid] = f
+        fields = {"id": mid, "session": self._session_id(), "frame": f}
+        if "carry_rgb" in arrays:
+            fields["carry_frame"] = f - 1
+        self._frames_sent_in_session += 1
         if self.shm_active and self._ring is not None and self.shot is not None:
             placed = self._ring.place(self.shot, f, arrays)
             if placed is not None:
@@ -698,14 +721,30 @@ class BackendClient:
         if shot is None:
             return
         at = time.monotonic() + delay
+        self._drop_primers()  # planned again for the new session
         for f in sorted(shot.inflight):
             shot.resend.append((f, at))
         shot.inflight.clear()
+
+    def _drop_primers(self, only: int | None = None) -> bool:
+        """Forget primer frames (all, or ``only``); True if ``only`` was one."""
+        shot = self.shot
+        if shot is None:
+            return False
+        for pf in [only] if only is not None else list(shot.priming):
+            if pf not in shot.priming:
+                return False
+            shot.priming.discard(pf)
+            shot.held.pop(pf, None)
+            shot.inflight.discard(pf)
+        return True
 
     def _on_result(self, msg: P.Message) -> None:
         shot, f = self.shot, msg.header.get("frame")
         if shot is None or f not in shot.held:
             return  # answered already (a re-sent frame answered twice) or unknown
+        if self._drop_primers(f):
+            return  # run for its side effect (an anchor); its image is on disk already
         del shot.held[f]
         shot.inflight.discard(f)
         shot.answered.add(f)
@@ -744,6 +783,8 @@ class BackendClient:
             return
         if shot is None or f is None or f not in shot.held:
             return
+        if err.code in (P.E_BUSY, E_CANCELLED) and self._drop_primers(f):
+            return  # planned again with the next (re)open
         if err.code == P.E_BUSY:
             shot.inflight.discard(f)
             shot.resend.append((f, time.monotonic() + 0.05))

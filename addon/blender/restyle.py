@@ -76,9 +76,34 @@ class CarrySource:
     KEEP = 8  # depths of the most recent frames sent
 
     def __init__(self, scene: bpy.types.Scene, out: Path, width: int, height: int,
-                 engine: str = "fast") -> None:
+                 engine: str = "fast", options: dict | None = None,
+                 first: int | None = None) -> None:
         self.scene, self.out, self.size, self.engine = scene, Path(out), (width, height), engine
         self.depths: dict[int, np.ndarray] = {}
+        cf = (options or {}).get("cross_frame")
+        self.cross_frame = None if cf in (None, False, "", "off", "none") else \
+            "first" if cf is True else str(cf)
+        self.first = first  # the run's first frame: the "first" anchor
+
+    def _passes(self, f: int) -> dict[str, np.ndarray]:
+        """Frame f's wire passes, computed again (the same arrays as when first sent)."""
+        frame_now = self.scene.frame_current
+        try:
+            _, arrays = next(shot_frames(self.scene, [f], *self.size, self.engine))
+        finally:
+            self.scene.frame_set(frame_now)
+        self.depths[f] = arrays["depth"]
+        return arrays
+
+    def primers(self, f: int) -> list[tuple[int, dict[str, np.ndarray]]]:
+        """``primers_for``: with cross-frame attention a new backend session must see
+        the anchor again before frame f: the run's first frame ("first"; then exact),
+        or frame f - 1 with its own carry ("previous"; its own anchor is not re-run, so
+        f attends to a close, not identical, copy of it)."""
+        anchor = {"first": self.first, "previous": f - 1}.get(self.cross_frame or "")
+        if anchor is None or anchor >= f or not frame_done(self.out, anchor):
+            return []
+        return [(anchor, {**self._passes(anchor), **(self(anchor) or {})})]
 
     def remembering(self, frames: Iterator[tuple[int, dict]]) -> Iterator[tuple[int, dict]]:
         """Pass ``frames`` on, keeping the last few frames' depth."""
@@ -102,12 +127,7 @@ class CarrySource:
             return None  # damaged: the chain starts afresh here, as before carries existed
         depth = self.depths.get(prev)
         if depth is None:
-            frame_now = self.scene.frame_current
-            try:
-                _, arrays = next(shot_frames(self.scene, [prev], *self.size, self.engine))
-            finally:
-                self.scene.frame_set(frame_now)
-            depth = arrays["depth"]
+            depth = self._passes(prev)["depth"]
         return {"carry_rgb": np.ascontiguousarray(rgb, np.uint8), "carry_depth": depth,
                 "carry_latents": latents}
 
@@ -228,7 +248,7 @@ def restyle_shot(scene: bpy.types.Scene, out_dir: str | Path, url: str = DEFAULT
         client = BackendClient(url, keys=keys, timeout_s=timeout_s, on_dead=on_dead)
     frame_now = scene.frame_current
     t0 = time.monotonic()
-    carry = CarrySource(scene, out, width, height, engine)
+    carry = CarrySource(scene, out, width, height, engine, options, frames[0])
 
     def on_result(r: Result) -> None:
         nonlocal done
@@ -242,7 +262,8 @@ def restyle_shot(scene: bpy.types.Scene, out_dir: str | Path, url: str = DEFAULT
         client.open(pipeline, width, height, prompt=prompt, negative_prompt=negative_prompt,
                     seed=seed, options=options, refs=refs)
         run = client.run_shot(carry.remembering(shot_frames(scene, todo, width, height, engine)),
-                              on_result, cancelled=cancelled, carry_for=carry)
+                              on_result, cancelled=cancelled, carry_for=carry,
+                              primers_for=carry.primers)
         summary["dropped"] = run["dropped"]
         summary["reconnects"] = run["reconnects"]
     finally:
@@ -555,9 +576,11 @@ class PS_OT_restyle(bpy.types.Operator):
             self._client.open(args.pop("pipeline"), s.width, s.height, wait=False, **args)
             (self._out / RESTYLED).mkdir(parents=True, exist_ok=True)
             w, h = s.width, s.height
-            carry = CarrySource(scene, self._out, w, h)
+            carry = CarrySource(scene, self._out, w, h, options=args.get("options"),
+                                first=self._frames[0])
             self._client.start_shot(carry.remembering(shot_frames(scene, todo, w, h)),
-                                    lambda r: self._on_result(r, w, h), carry_for=carry)
+                                    lambda r: self._on_result(r, w, h), carry_for=carry,
+                                    primers_for=carry.primers)
         except (ShotError, BackendError, UnwritableOutput, OSError) as e:
             if getattr(self, "_client", None) is not None:
                 self._client.close()
