@@ -183,16 +183,7 @@ def cmd_passes(args: argparse.Namespace) -> int:
                                      ("mask", "mask"), ("skeleton", "skeleton"),
                                      ("parts", "parts_color")) if p in passes), None)
 
-    last = {"done": None}
-
-    def progress(done: int, total: int, frame: int) -> None:
-        if bar:
-            bar(done, total, frame)
-        written, last["done"] = last["done"] is not None and done > last["done"], done
-        image = out / shown / f"{frame:04d}.png" if shown else None
-        if written and image is not None and image.exists():
-            print(f"Saved: '{image}'", flush=True)  # what Flamenco/Deadline show per frame
-
+    progress = _saved_lines(bar, lambda f: out / shown / f"{f:04d}.png" if shown else None)
     summary = make_passes(scene, opts, out, progress=progress)
     for w in summary["warnings"]:
         print(f"warning: {w}", file=sys.stderr)
@@ -287,14 +278,7 @@ def cmd_restyle(args: argparse.Namespace) -> int:
     bar = _frame_bar(len(frames))
     out = Path(args.out)
 
-    last = {"done": None}
-
-    def progress(done: int, total: int, frame: int) -> None:
-        if bar:
-            bar(done, total, frame)
-        written, last["done"] = last["done"] is not None and done > last["done"], done
-        if written and result_path(out, frame).exists():  # the first call: skipped frames
-            print(f"Saved: '{result_path(out, frame)}'", flush=True)  # Flamenco/Deadline
+    progress = _saved_lines(bar, lambda f: result_path(out, f))
 
     try:
         if args.start_backend:
@@ -319,6 +303,23 @@ def cmd_restyle(args: argparse.Namespace) -> int:
     print(f"restyle: {done}/{summary['frames']} frames done ({summary['written']} written "
           f"now, {summary['dropped']} dropped) in {summary['out']}")
     return 130 if stop["asked"] else 0
+
+
+def _saved_lines(bar, image_of):
+    """A progress callback: the bar, and a ``Saved: '<image>'`` line for each frame
+    written now (what Flamenco/Deadline show per frame; not for the frames skipped,
+    which the first call reports)."""
+    last: dict[str, int | None] = {"done": None}
+
+    def progress(done: int, total: int, frame: int) -> None:
+        if bar:
+            bar(done, total, frame)
+        written, last["done"] = last["done"] is not None and done > last["done"], done
+        image = image_of(frame)
+        if written and image is not None and image.exists():
+            print(f"Saved: '{image}'", flush=True)
+
+    return progress
 
 
 def _frame_bar(total: int):
