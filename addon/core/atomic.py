@@ -29,6 +29,12 @@ def _umask() -> int:
     return mask
 
 
+def plain_mode(folder: bool = False) -> int:
+    """The permissions a plain ``open`` / ``mkdir`` would give under the umask
+    (``mkstemp``/``mkdtemp`` give 0600/0700: a farm's other users could not read)."""
+    return (0o777 if folder else 0o666) & ~_umask()
+
+
 def temp_file_for(path: Path, suffix: str = "") -> str:
     """A new empty temp file beside ``path`` with the permissions a plain ``open``
     would give (``mkstemp`` makes it 0600: a farm's other users could not read the
@@ -37,7 +43,7 @@ def temp_file_for(path: Path, suffix: str = "") -> str:
                                suffix=f"{TMP_MARK}{suffix}")
     os.close(fd)
     try:
-        os.chmod(tmp, 0o666 & ~_umask())
+        os.chmod(tmp, plain_mode())
     except OSError:  # a filesystem without modes: keep what it gave
         pass
     return tmp

@@ -73,6 +73,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ...addon.core.atomic import plain_mode
+
 FORMAT_VERSION = 4  # 4: the prompt's cross-attention keys/values in their own graph
 UNET = "unet_controlnets"
 CONTROL = "control_embed"
@@ -406,6 +408,7 @@ def export_components(components: Any, spec: ExportSpec, cache_dir: str | os.Pat
         return final
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{key}-", dir=root))
+    os.chmod(tmp, plain_mode(folder=True))  # a shared cache: readable as the umask allows
     t0 = time.perf_counter()
     try:
         manifest = _export_into(tmp, components, spec, dynamo, device)

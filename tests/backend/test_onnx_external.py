@@ -61,3 +61,23 @@ def test_a_graph_input_without_a_weight_is_an_error(tmp_path, monkeypatch) -> No
     with pytest.raises(RuntimeError, match="no weight"):
         torchscript_export(torch.nn.Linear(2, 2), (torch.randn(1, 2),), tmp_path / "l.onnx",
                            ["x"], ["y"])
+
+
+def test_export_cache_folders_are_readable_by_the_farm(tmp_path) -> None:
+    """mkdtemp makes 0700 folders: a cache shared by a farm's users must follow the umask."""
+    import os
+
+    from painted_skin.backend.diffusion import export as E
+    from painted_skin.backend.diffusion.components import tiny_components
+
+    old = os.umask(0o022)
+    from painted_skin.addon.core import atomic
+
+    atomic._umask.cache_clear()
+    try:
+        folder = E.export_components(tiny_components(), E.ExportSpec(64, 64), tmp_path,
+                                     dynamo=False)
+    finally:
+        os.umask(old)
+        atomic._umask.cache_clear()
+    assert folder.stat().st_mode & 0o777 == 0o755
