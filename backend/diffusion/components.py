@@ -131,6 +131,37 @@ def load_registry(path: str | os.PathLike | None = None) -> dict[str, ModelEntry
     return {n: parse_entry(n, t) for n, t in (data.get("models") or {}).items()}
 
 
+_REACH: dict[str, tuple[float, bool]] = {}  # endpoint -> (when probed, reachable)
+
+
+def hub_reachable(timeout_s: float = 3.0) -> bool:
+    """Whether the Hugging Face endpoint ($HF_ENDPOINT) answers a TCP connect (probed
+    at most once a minute). Not online and not told so (HF_HUB_OFFLINE unset), the
+    hub client retries each download for tens of seconds before failing: an OPEN
+    then fails at once with the missing components instead. Behind a proxy (the
+    *_PROXY variables) the hub is taken as reachable."""
+    import socket
+    import time
+    from urllib.parse import urlsplit
+
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY",
+                                        "all_proxy")):
+        return True
+    url = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http"
+                                                               else 443)
+    seen = _REACH.get(f"{host}:{port}")
+    if seen is not None and time.monotonic() - seen[0] < 60.0:
+        return seen[1]
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+        ok = True
+    except OSError:
+        ok = False
+    _REACH[f"{host}:{port}"] = (time.monotonic(), ok)
+    return ok
+
+
 def offline(entry: ModelEntry | None = None) -> bool:
     """True when hub ids must come from the cache (HF_HUB_OFFLINE or the entry)."""
     env = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
@@ -170,7 +201,10 @@ def _check(kind: str, src: Source, need: str, entry: ModelEntry) -> list[str]:
     where, how = _where_how(src)
     if root is None:
         if not src.is_local and not offline(entry):
-            return []  # downloaded when the model loads: when the session opens
+            if hub_reachable():
+                return []  # downloaded when the model loads: when the session opens
+            return [f"{kind}: not in the cache, and the Hugging Face hub cannot be reached "
+                    f"from here to download it; looked in {where}; {how}"]
         return [f"{kind}: not found; looked in {where}; {how}"]
     folder = root / src.subfolder if src.subfolder else root
     missing: list[str] = []

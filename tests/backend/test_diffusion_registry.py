@@ -46,7 +46,32 @@ def test_missing_hub_weights_name_component_place_and_fix(empty_cache) -> None:
 
 def test_online_hub_ids_are_not_problems(empty_cache, monkeypatch) -> None:
     monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(C, "hub_reachable", lambda: True)
     assert C.check_weights(C.load_registry()["sd15"]) == []
+
+
+def test_an_unreachable_hub_fails_at_once_naming_what_is_missing(empty_cache,
+                                                                  monkeypatch) -> None:
+    """Not told to be offline, but no network: no download retries for tens of
+    seconds, the same clear list of missing components as offline."""
+    import socket
+    import time
+
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "https://hub.invalid")
+    C._REACH.clear()
+
+    def no_network(*a, **k):
+        raise OSError("unreachable")
+
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    t0 = time.monotonic()
+    problems = C.check_weights(C.load_registry()["sd15"])
+    assert time.monotonic() - t0 < 5
+    assert any(p.startswith("controlnet depth:") and "cannot be reached" in p for p in problems)
+    C._REACH.clear()
 
 
 def test_bad_registry_entries(tmp_path) -> None:

@@ -213,6 +213,7 @@ def test_a_failed_download_is_named_on_open(client, tmp_path, monkeypatch) -> No
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(C, "hub_reachable", lambda: True)  # the host answers; the files not
     _registry(tmp_path, monkeypatch, '[models.m]\nbase = "someone/some-model"\n')
     calls: list[str] = []
 
