@@ -287,3 +287,36 @@ def test_open_is_sent_again_when_the_backend_restarts_while_loading():
         c.close()
         ctx.term()
         stop(proc)
+
+
+def test_primers_and_the_carry_survive_a_busy_backend(monkeypatch):
+    """With one credit the frame after a primer bounces (busy): sent again, it still
+    carries the previous frame, and the primer's result is not delivered."""
+    from painted_skin.addon.blender import client as C
+
+    sent: list[tuple[int, bool]] = []
+    orig = C.BackendClient._send_one
+
+    def spy(self, f, arrays):
+        sent.append((f, "carry_rgb" in arrays))
+        return orig(self, f, arrays)
+
+    monkeypatch.setattr(C.BackendClient, "_send_one", spy)
+    url = free_url()
+    proc = subprocess.Popen(serve_command(url) + ["--credits", "1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    carry = {"carry_rgb": np.zeros((24, 32, 3), np.uint8),
+             "carry_depth": np.zeros((24, 32), np.float32)}
+    try:
+        with client(url) as c:
+            c.open("echo", width=32, height=24, seed=3, options={"delay_ms": 30})
+            got: list[int] = []
+            summary = c.run_shot(((f, passes(f)) for f in range(5, 8)),
+                                 lambda r: got.append(r.frame), carry_for=lambda f: carry,
+                                 primers_for=lambda f: [(2, passes(2))])
+    finally:
+        stop(proc)
+    assert got == [5, 6, 7] and summary["dropped"] == 0  # the primer (2) is not a result
+    assert sent[0] == (2, False)
+    assert [c for f, c in sent if f == 5] and all(c for f, c in sent if f == 5)
+    assert not any(c for f, c in sent if f in (6, 7))

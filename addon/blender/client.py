@@ -143,6 +143,7 @@ class Shot:
     primers_for: Callable[[int], list[tuple[int, Arrays]]] | None = None
     priming: set[int] = field(default_factory=set)
     fresh_state: bool = True
+    carry_target: int | None = None  # the frame that carries, until it is answered
 
     @property
     def done(self) -> bool:
@@ -586,7 +587,7 @@ class BackendClient:
         shot = self.shot
         if (shot is not None and shot.cancelled and shot.held
                 and now - shot.cancelled_at > self.cancel_grace_s):
-            shot.dropped |= set(shot.held)  # the backend never confirmed: give up on them
+            shot.dropped |= set(shot.held) - shot.priming  # never confirmed: give up
             shot.held.clear()
         if not self._busy():
             self._silent_since = now
@@ -640,6 +641,7 @@ class BackendClient:
         shot = self.shot
         if shot is not None and shot.fresh_state:
             shot.fresh_state = False  # from this frame on the backend's state follows
+            shot.carry_target = f  # carried again if it bounces (busy) and is re-sent
             # frames re-run first, their results dropped (cross-frame anchors)
             for pf, parrays in shot.primers_for(f) if shot.primers_for is not None else ():
                 if pf == f or pf in shot.held:
@@ -648,7 +650,8 @@ class BackendClient:
                 shot.priming.add(pf)
                 shot.inflight.add(pf)
                 self._send_one(pf, parrays)
-            carry = shot.carry_for(f) if shot.carry_for is not None and f > 0 else None
+        if shot is not None and shot.carry_target == f and shot.carry_for is not None and f > 0:
+            carry = shot.carry_for(f)
             if carry:
                 arrays = {**arrays, **carry}
         self._send_one(f, arrays)
@@ -700,13 +703,15 @@ class BackendClient:
                     self._ensure_ring(self.credits, self._session["width"]
                                       * self._session["height"])
                 self._requeue_inflight()
-            elif h.get("moved") and self.shot is not None:
+            elif h.get("moved"):
                 # a broker moved the session to another worker (empty state there): the
                 # frames it hands back go again, the first with the previous frame carried
-                self.shot.fresh_state = True
+                self._frames_sent_in_session = 0
+                if self.shot is not None:
+                    self.shot.fresh_state = True
         elif msg.type == P.PROGRESS:
             shot = self.shot
-            if shot is not None and h.get("frame") in shot.held:
+            if shot is not None and h.get("frame") in set(shot.held) - shot.priming:
                 shot.last_progress = (h["frame"], int(h.get("step", 0)), int(h.get("steps", 0)))
                 if shot.on_progress is not None:
                     shot.on_progress(*shot.last_progress)
@@ -745,6 +750,8 @@ class BackendClient:
             return  # answered already (a re-sent frame answered twice) or unknown
         if self._drop_primers(f):
             return  # run for its side effect (an anchor); its image is on disk already
+        if f == shot.carry_target:
+            shot.carry_target = None
         del shot.held[f]
         shot.inflight.discard(f)
         shot.answered.add(f)
@@ -783,7 +790,7 @@ class BackendClient:
             return
         if shot is None or f is None or f not in shot.held:
             return
-        if err.code in (P.E_BUSY, E_CANCELLED) and self._drop_primers(f):
+        if err.code == E_CANCELLED and self._drop_primers(f):
             return  # planned again with the next (re)open
         if err.code == P.E_BUSY:
             shot.inflight.discard(f)

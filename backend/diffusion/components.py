@@ -144,8 +144,8 @@ def hub_reachable(timeout_s: float = 3.0) -> bool:
     import time
     from urllib.parse import urlsplit
 
-    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY",
-                                        "all_proxy")):
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY",
+                                        "http_proxy", "ALL_PROXY", "all_proxy")):
         return True
     url = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
     host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http"
@@ -195,13 +195,16 @@ def _has_weights(folder: Path) -> bool:
     return any(folder.glob("*.safetensors")) or any(folder.glob("*.bin"))
 
 
-def _check(kind: str, src: Source, need: str, entry: ModelEntry) -> list[str]:
-    """Problems of one component. ``need``: 'pipeline', 'model' or 'file'."""
+def _check(kind: str, src: Source, need: str, entry: ModelEntry,
+           probe_hub: bool = False) -> list[str]:
+    """Problems of one component. ``need``: 'pipeline', 'model' or 'file';
+    ``probe_hub``: a hub id to download counts as missing when the hub cannot be
+    reached (a network probe: only off the server's I/O thread, i.e. when loading)."""
     root = resolve(src)
     where, how = _where_how(src)
     if root is None:
         if not src.is_local and not offline(entry):
-            if hub_reachable():
+            if not probe_hub or hub_reachable():
                 return []  # downloaded when the model loads: when the session opens
             return [f"{kind}: not in the cache, and the Hugging Face hub cannot be reached "
                     f"from here to download it; looked in {where}; {how}"]
@@ -234,22 +237,26 @@ def _check(kind: str, src: Source, need: str, entry: ModelEntry) -> list[str]:
     return []
 
 
-def check_weights(entry: ModelEntry) -> list[str]:
+def check_weights(entry: ModelEntry, probe_hub: bool = False) -> list[str]:
     """What keeps ``entry`` from loading — one line per missing component,
     naming it, where it looked and how to provide it. Empty when all is there
-    (or will be downloaded, when online). Loads nothing."""
-    problems = _check("base", entry.base, "pipeline", entry)
+    (or will be downloaded, when online; ``probe_hub``: and the hub answers — a
+    network probe of up to a few seconds, for the loading thread). Loads nothing."""
+    def check(kind: str, src: Source, need: str) -> list[str]:
+        return _check(kind, src, need, entry, probe_hub)
+
+    problems = check("base", entry.base, "pipeline")
     for kind, src in entry.controlnets.items():
-        problems += _check(f"controlnet {kind}", src, "model", entry)
+        problems += check(f"controlnet {kind}", src, "model")
     if entry.vae is not None:
-        problems += _check("vae", entry.vae, "model", entry)
+        problems += check("vae", entry.vae, "model")
     for lora in entry.loras:
-        problems += _check(f"lora {lora.name}", lora.source, "file", entry)
+        problems += check(f"lora {lora.name}", lora.source, "file")
     if entry.ip_adapter is not None:
-        problems += _check("ip_adapter", entry.ip_adapter.source, "file", entry)
+        problems += check("ip_adapter", entry.ip_adapter.source, "file")
         if entry.ip_adapter.image_encoder is not None:
-            problems += _check("ip_adapter image_encoder", entry.ip_adapter.image_encoder,
-                               "model", entry)
+            problems += check("ip_adapter image_encoder", entry.ip_adapter.image_encoder,
+                              "model")
     return problems
 
 
@@ -320,7 +327,7 @@ def load_components(entry: ModelEntry, dtype: Any = None) -> Components:
     from diffusers import AutoencoderKL, ControlNetModel, DDIMScheduler, UNet2DConditionModel
     from transformers import CLIPTextModel, CLIPTokenizer
 
-    problems = check_weights(entry)
+    problems = check_weights(entry, probe_hub=True)
     if problems:
         raise MissingWeights(entry.name, problems)
     dtype = dtype or torch.float32

@@ -44,7 +44,7 @@ from .components import (
     Lora,
     load_named,
 )
-from .cross_frame import cross_frame_session
+from .cross_frame import cross_frame_session, parse_mode
 
 DEFAULT_CONTROL = {"depth": (0.8, 0.0, 1.0), "normal": (0.5, 0.0, 1.0),
                    "openpose": (1.0, 0.0, 1.0)}
@@ -294,8 +294,10 @@ class RestylePipeline:
     def cross_frame(self, state: dict[str, Any] | None, frame: int | None,
                     mode: str | bool | None) -> AbstractContextManager:
         """Cross-frame attention for one call (:func:`.cross_frame.cross_frame_session`
-        on the torch UNet; the onnx engine has its own)."""
-        return cross_frame_session(self.txt2img.unet, state, frame, mode)
+        on the torch UNet; the onnx engine has its own). A session's ``true`` is
+        "first" here as on onnx and in the add-on (not the mode another session left
+        installed on the shared UNet)."""
+        return cross_frame_session(self.txt2img.unet, state, frame, parse_mode(mode))
 
     def run(self, passes: dict[str, np.ndarray], *, prompt: str = "", negative_prompt: str = "",
             seed: int = 0, width: int, height: int, refs: list[np.ndarray] | None = None,

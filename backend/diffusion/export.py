@@ -408,7 +408,8 @@ def export_components(components: Any, spec: ExportSpec, cache_dir: str | os.Pat
         return final
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{key}-", dir=root))
-    os.chmod(tmp, plain_mode(folder=True))  # a shared cache: readable as the umask allows
+    with contextlib.suppress(OSError):  # a filesystem without modes: keep what it gave
+        os.chmod(tmp, plain_mode(folder=True))  # a shared cache: readable per the umask
     t0 = time.perf_counter()
     try:
         manifest = _export_into(tmp, components, spec, dynamo, device)

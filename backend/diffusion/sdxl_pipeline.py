@@ -247,10 +247,11 @@ def xl_entry(name: str) -> tuple[C.ModelEntry, C.Source | None, dict[str, int]]:
     return entry, (C.Source.parse(u) if u else None), modes
 
 
-def check_xl_weights(entry: C.ModelEntry, union: C.Source | None) -> list[str]:
+def check_xl_weights(entry: C.ModelEntry, union: C.Source | None,
+                     probe_hub: bool = False) -> list[str]:
     """:func:`components.check_weights` plus SDXL's second text encoder and
     tokenizer and the union ControlNet; empty when everything is there."""
-    problems = C.check_weights(entry)
+    problems = C.check_weights(entry, probe_hub)
     root = C.resolve(entry.base)
     if root is not None and not problems:
         folder = root / entry.base.subfolder if entry.base.subfolder else root
@@ -258,7 +259,7 @@ def check_xl_weights(entry: C.ModelEntry, union: C.Source | None) -> list[str]:
         if lacking:
             problems.append(f"base: {folder} lacks {', '.join(lacking)} (not an SDXL model?)")
     if union is not None:
-        problems += C._check("controlnet union", union, "model", entry)
+        problems += C._check("controlnet union", union, "model", entry, probe_hub)
     if not entry.controlnets and union is None:
         problems.append(f"model {entry.name!r}: needs 'controlnets' or 'controlnet_union'")
     return problems
@@ -284,7 +285,7 @@ def load_xl_components(name: str, dtype: Any = None, union: bool | None = None) 
     elif union and usrc is None:
         raise C.MissingWeights(name, ["controlnet union: the registry entry has no "
                                       "'controlnet_union'"])
-    problems = check_xl_weights(entry, usrc)
+    problems = check_xl_weights(entry, usrc, probe_hub=True)  # the loading thread
     if problems:
         raise C.MissingWeights(name, problems)
     dtype = dtype or torch.float32

@@ -170,3 +170,17 @@ def test_enable_is_idempotent_and_inert_outside_a_session() -> None:
     with pytest.raises(ValueError):
         enable_cross_frame_attention(unet, anchor="middle")
     disable_cross_frame_attention(unet)
+
+
+def test_a_sessions_true_is_first_whatever_another_session_left_installed() -> None:
+    """``cross_frame: true`` means "first" on torch as on onnx and in the add-on's
+    resume (which re-runs the first frame), not the mode of the UNet's last user."""
+    pipe = RestylePipeline(tiny_components(0))
+    other: dict = {}
+    with pipe.cross_frame(other, 3, "previous"):
+        pass
+    assert other["cross_frame"].mode == "previous"
+    mine: dict = {}
+    with pipe.cross_frame(mine, 3, True):
+        pass
+    assert mine["cross_frame"].mode == "first"

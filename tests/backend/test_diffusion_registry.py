@@ -67,10 +67,14 @@ def test_an_unreachable_hub_fails_at_once_naming_what_is_missing(empty_cache,
         raise OSError("unreachable")
 
     monkeypatch.setattr(socket, "create_connection", no_network)
+    entry = C.load_registry()["sd15"]
+    assert C.check_weights(entry) == []  # the OPEN's check on the I/O thread: no probe
     t0 = time.monotonic()
-    problems = C.check_weights(C.load_registry()["sd15"])
+    problems = C.check_weights(entry, probe_hub=True)  # the load, on the compute thread
     assert time.monotonic() - t0 < 5
     assert any(p.startswith("controlnet depth:") and "cannot be reached" in p for p in problems)
+    with pytest.raises(C.MissingWeights, match="cannot be reached"):
+        C.load_components(entry)
     C._REACH.clear()
 
 
