@@ -80,6 +80,7 @@ class BrokerSession:
     opened: bool = False  # the client has had its OPENED
     credits: int = 4
     inflight: dict[int, list[Any]] = field(default_factory=dict)  # frame -> FRAME message
+    moving: list[int] | None = None  # moved: frames to hand back once the new worker opens
 
 
 def _split(body: list[Any]) -> tuple[list[bytes], list[Any]]:
@@ -288,7 +289,11 @@ class Broker:
                                                             ">= 0", ref)
             if frame in s.inflight:
                 return  # already on its way: its one result will come
-            if len(s.inflight) >= s.credits:
+            if s.moving is not None and len(s.moving) < s.credits:
+                if frame not in s.moving:  # mid-move: handed back with the others
+                    s.moving = sorted([*s.moving, frame])
+                return
+            if len(s.inflight) + len(s.moving or ()) >= s.credits:
                 raise ProtocolError(protocol.E_BUSY, f"frame {frame}: {len(s.inflight)} frames "
                                                      f"outstanding, credits are {s.credits}; "
                                                      f"wait for a result", ref)
@@ -346,17 +351,22 @@ class Broker:
         s.worker = w.address
         w.sessions.add(s.key)
         self._to_worker(w.address, [*s.route, *s.open_frames])
-        if s.opened:
-            moved, s.inflight = sorted(s.inflight), {}
-            self._to_client(s.route, reply(protocol.OPENED, session=s.key[1], moved=True,
-                                           credits=s.credits))
-            for f in moved:
-                self._to_client(s.route, error(E_CANCELLED, f"frame {f}: the session moved "
-                                               "to another worker; send it again", None,
-                                               s.key[1], f))
+        if s.opened:  # handed back when the new worker has opened (see _moved)
+            s.moving = sorted({*(s.moving or ()), *s.inflight})
+            s.inflight = {}
             return
         for f in sorted(s.inflight):
             self._to_worker(w.address, [*s.route, *s.inflight[f]])
+
+    def _moved(self, s: BrokerSession, opened: dict[str, Any]) -> None:
+        """The new worker opened a moved session: tell the client (with that worker's
+        credits and shared-memory grant) and hand its frames back to be sent again."""
+        frames, s.moving = s.moving or [], None
+        self._to_client(s.route, reply(protocol.OPENED, session=s.key[1], moved=True,
+                                       credits=s.credits, shm=opened.get("shm") is True))
+        for f in frames:
+            self._to_client(s.route, error(E_CANCELLED, f"frame {f}: the session moved to "
+                                           "another worker; send it again", None, s.key[1], f))
 
     def _lose_worker(self, addr: bytes) -> None:
         w = self.workers.pop(addr, None)
@@ -435,6 +445,8 @@ class Broker:
             if not s.opened:
                 s.opened = True
                 self._to_client(route, msg)
+            elif s.moving is not None:
+                self._moved(s, h)
         elif mtype in (protocol.PROGRESS, protocol.RESULT) or (
                 mtype == protocol.ERROR and is_int(frame)):
             if frame not in s.inflight:
@@ -442,8 +454,8 @@ class Broker:
             if mtype != protocol.PROGRESS:
                 del s.inflight[frame]
             self._to_client(route, msg)
-        elif mtype == protocol.ERROR and not s.opened:
-            self._drop(s)  # the worker refused the open
+        elif mtype == protocol.ERROR and (not s.opened or s.moving is not None):
+            self._drop(s)  # the worker refused the open (a first one, or a move's)
             self._to_client(route, msg)
         # CLOSED and session errors after the open: the broker answered already
 

@@ -707,6 +707,8 @@ class BackendClient:
                 # a broker moved the session to another worker (empty state there): the
                 # frames it hands back go again, the first with the previous frame carried
                 self._frames_sent_in_session = 0
+                self.credits = max(1, int(h.get("credits", self.credits)))
+                self.shm_active = h.get("shm") is True and self._ring is not None
                 if self.shot is not None:
                     self.shot.fresh_state = True
         elif msg.type == P.PROGRESS:
