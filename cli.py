@@ -156,25 +156,17 @@ def _parse_size(text: str) -> tuple[int, int]:
 
 
 def cmd_passes(args: argparse.Namespace) -> int:
-    import bpy
 
     from .addon.blender.passes import PassOptions, make_passes
     from .addon.core.raster import tune_allocator
 
     tune_allocator()  # a render process of our own: keep freed memory (see raster.py)
 
-    shot = Path(args.shot)
-    if not shot.is_file() or shot.suffix.lower() != ".blend":
-        raise BadInput(f"{str(shot)!r} is not a .blend file: give the shot to render")
+    _check_shot(args)
     width, height = _parse_size(args.size)
     passes = tuple(p.strip() for p in args.passes.split(",") if p.strip())
     check_writable(args.out, "--out folder")
-    bpy.ops.wm.open_mainfile(filepath=str(shot))
-    scene = bpy.context.scene
-    if args.camera:
-        _use_camera(scene, args.camera)
-    frames = _parse_frames(args.frames) if args.frames else range(scene.frame_start,
-                                                                   scene.frame_end + 1)
+    scene, frames = _open_shot(args)
     opts = PassOptions(frames=frames, width=width, height=height, engine=args.engine,
                        passes=passes)
     bar = _frame_bar(len(frames))
@@ -191,6 +183,28 @@ def cmd_passes(args: argparse.Namespace) -> int:
           f"written now) in {summary['out']} "
           f"(near {summary['near']:.3f} m, far {summary['far']:.3f} m)")
     return 0
+
+
+def _check_shot(args: argparse.Namespace) -> None:
+    """``shot`` must be a .blend file (checked before any other work)."""
+    shot = Path(args.shot)
+    if not shot.is_file() or shot.suffix.lower() != ".blend":
+        verb = {"passes": "render"}.get(args.command, args.command)
+        raise BadInput(f"{str(shot)!r} is not a .blend file: give the shot to {verb}")
+
+
+def _open_shot(args: argparse.Namespace):
+    """Open ``args.shot``; apply ``--camera``; the scene and ``--frames`` (default:
+    the scene's range)."""
+    import bpy
+
+    bpy.ops.wm.open_mainfile(filepath=str(Path(args.shot)))
+    scene = bpy.context.scene
+    if args.camera:
+        _use_camera(scene, args.camera)
+    frames = _parse_frames(args.frames) if args.frames else range(scene.frame_start,
+                                                                   scene.frame_end + 1)
+    return scene, frames
 
 
 def _use_camera(scene, name: str) -> None:
@@ -239,8 +253,6 @@ def _parse_options(text: str | None) -> dict:
 def cmd_restyle(args: argparse.Namespace) -> int:
     import signal
 
-    import bpy
-
     from .addon.blender.client import BackendError, BackendUnavailable
     from .addon.blender.image_io import read_image
     from .addon.blender.restyle import (
@@ -250,9 +262,7 @@ def cmd_restyle(args: argparse.Namespace) -> int:
         stop_local_backend,
     )
 
-    shot = Path(args.shot)
-    if not shot.is_file() or shot.suffix.lower() != ".blend":
-        raise BadInput(f"{str(shot)!r} is not a .blend file: give the shot to restyle")
+    _check_shot(args)
     width, height = _parse_size(args.size)
     options = _parse_options(args.options)
     refs = []
@@ -263,12 +273,7 @@ def cmd_restyle(args: argparse.Namespace) -> int:
             raise BadInput(f"--ref {ref!r}: {e}") from None
         refs.append(img[..., :3] if img.ndim == 3 else img[..., None].repeat(3, -1))
     check_writable(args.out, "--out folder")
-    bpy.ops.wm.open_mainfile(filepath=str(shot))
-    scene = bpy.context.scene
-    if args.camera:
-        _use_camera(scene, args.camera)
-    frames = _parse_frames(args.frames) if args.frames else range(scene.frame_start,
-                                                                   scene.frame_end + 1)
+    scene, frames = _open_shot(args)
     stop = {"asked": False}
 
     def on_int(*_: object) -> None:  # Ctrl-C / a farm's stop: finish cleanly, keep frames

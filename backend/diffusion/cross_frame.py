@@ -248,17 +248,29 @@ def cross_frame_session(unet: Any, state: dict[str, Any] | None, frame: int | No
         raise ValueError("cross_frame needs a diffusers UNet here (the onnx engine runs it "
                          "through OnnxRestylePipeline.cross_frame)")
     ctl = getattr(unet, _ATTR, None) or enable_cross_frame_attention(unet, mode)
-    if ctl.active is not None and ctl.active.owner == id(state):
-        yield state.get("cross_frame")  # nested (a wrapper around a hooked run): one session
+    with anchored_call(ctl, "active", state, frame, mode) as cf:
+        yield cf
+
+
+@contextmanager
+def anchored_call(holder: Any, slot: str, state: dict[str, Any], frame: int | None,
+                  mode: str) -> Iterator[CrossFrameState]:
+    """One call's anchor bookkeeping, for the torch processors (``holder`` the
+    controller) and the onnx engine (the host): the call's :class:`_Run` sits in
+    ``holder.<slot>`` while it runs (one call at a time; a nested call of the same
+    session shares it), and what it recorded becomes the anchor only if it succeeds."""
+    active = getattr(holder, slot)
+    if active is not None and active.owner == id(state):
+        yield state.get("cross_frame")  # nested (a wrapper around this run): one session
         return
+    if active is not None:
+        raise RuntimeError("cross-frame attention: one call at a time per pipeline")
     cf, run = begin_run(state, frame, mode)
-    if ctl.active is not None:
-        raise RuntimeError("cross-frame attention: one call at a time per UNet")
-    ctl.active = run
+    setattr(holder, slot, run)
     try:
         yield cf
     finally:
-        ctl.active = None
+        setattr(holder, slot, None)
     end_run(cf, run, frame)  # reached only when the call succeeded
 
 

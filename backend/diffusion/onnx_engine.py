@@ -826,25 +826,14 @@ class OnnxRestylePipeline(RestylePipeline):
         cross-frame graph is fed the anchor's keys and values and gives the frame's
         (:meth:`OnnxEngine.noise_pred`); yields the session's
         :class:`~.cross_frame.CrossFrameState` (None when off)."""
-        from .cross_frame import begin_run, end_run, parse_mode
+        from .cross_frame import anchored_call, parse_mode
 
         mode = parse_mode(mode)
-        host = self.onnx
         if mode is None or state is None:
             yield None
             return
-        if host.cross is not None and host.cross.owner == id(state):
-            yield state.get("cross_frame")  # nested (a wrapper around this run): one session
-            return
-        if host.cross is not None:
-            raise RuntimeError("cross-frame attention: one call at a time per pipeline")
-        cf, run = begin_run(state, frame, mode)
-        host.cross = run
-        try:
+        with anchored_call(self.onnx, "cross", state, frame, mode) as cf:
             yield cf
-        finally:
-            host.cross = None
-        end_run(cf, run, frame)  # reached only when the call succeeded
 
     def image_embeds(self, refs: list[np.ndarray], cfg: bool) -> list[Any]:
         """:meth:`RestylePipeline.image_embeds` through the image encoder graph; the
