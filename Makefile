@@ -47,15 +47,16 @@ bench: $(STAMP) $(BSTAMP)
 	$(VENV)/bin/painted-skin bench transport
 	$(BACKEND_VENV)/bin/painted-skin bench diffusion
 
+# The extension zips: one per platform and Blender family (5.0: CPython 3.11; 5.1+: 3.13),
+# each with its pyzmq wheel (downloaded once into build/wheels). Options go in
+# EXTENSION_ARGS, e.g. offline farms:
+# make extension EXTENSION_ARGS="--wheels-dir DIR --platform linux-x64 --blender 5.0"
 extension: $(STAMP)
-	mkdir -p build
-	$(PY) $$($(PY) -c "import importlib.util as u,os;print(os.path.join(os.path.dirname(u.find_spec('bpy').origin),'5.0','scripts','addons_core','bl_pkg','cli','blender_ext.py'))") build --source-dir . --output-dir build
-
-# The extension with numba bundled for the fast pass engine: one zip per platform, numba and
-# llvmlite wheels fetched with pip. Options go in EXTENSION_ARGS, e.g. offline farms:
-# make extension-fast EXTENSION_ARGS="--wheels-dir DIR --platform linux-x64"
-extension-fast: $(STAMP)
 	$(PY) tools/build_extension.py $(EXTENSION_ARGS)
+
+# The same with numba and llvmlite bundled too, for the fast pass engine's compiled kernels.
+extension-fast: $(STAMP)
+	$(PY) tools/build_extension.py --fast $(EXTENSION_ARGS)
 
 clean:
 	rm -rf out build

@@ -19,7 +19,6 @@ segment the client owns (:class:`ShmSegment`); their descriptor then carries
 from __future__ import annotations
 
 import errno
-import fcntl
 import ipaddress
 import json
 import math
@@ -32,6 +31,11 @@ import sys
 import time
 import uuid
 import weakref
+
+try:  # POSIX only: shared memory is offered where it exists, the socket carries the rest
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -342,7 +346,7 @@ class ShmRef:
 
 def shm_supported() -> bool:
     """Shared memory is offered on Linux only (named segments there can be swept)."""
-    return sys.platform.startswith("linux") and os.path.isdir(SHM_DIR)
+    return fcntl is not None and sys.platform.startswith("linux") and os.path.isdir(SHM_DIR)
 
 
 def is_local_endpoint(endpoint: str) -> bool:

@@ -23,11 +23,16 @@ PKG = f"bl_ext.user_default.{MANIFEST['id']}"
 # Folders and files that are development-only and must never ship.
 FORBIDDEN = ("tests/", ".venv/", ".git/", "bench/", "build/", "out/", ".ci/", "__pycache__/",
              "tools/")
+# Of the diffusion package only the numpy helpers the echo server uses ship.
+DIFFUSION_SHIPPED = {f"backend/diffusion/{n}" for n in ("__init__.py", "seeds.py", "carry.py")}
 FORBIDDEN_FILES = ("Makefile", "pyproject.toml")
 # Lazy imports that only the command line reaches (``painted-skin bench``), never Blender.
 CLI_ONLY_IMPORTS = {("cli.py", "bench.retarget"), ("cli.py", "bench.passes"),
                     ("cli.py", "bench.diffusion"),
-                    ("cli.py", "bench.transport")}
+                    ("cli.py", "bench.transport"), ("cli.py", "backend.diffusion.engine_cli")}
+# Backend code the zip leaves out (torch, onnxruntime), reached only from the factories of
+# pipelines whose ``available()`` is False there.
+BACKEND_ONLY = ("backend/pipelines/diffusion.py", "backend/pipelines/skin.py")
 
 
 def _blender_ext() -> Path:
@@ -78,6 +83,8 @@ def test_zip_holds_the_addon_and_presets_but_no_dev_files(extension_zip):
                          or any(part.startswith(".") or part.endswith(".egg-info")
                                 for part in PurePosixPath(n).parts))
     assert shipped_dev == []
+    assert sorted(n for n in names if n.startswith("backend/diffusion/")) \
+        == sorted(DIFFUSION_SHIPPED), "the zip ships backend model code Blender never runs"
     # The zip's manifest is the source manifest: same id and version Blender installs.
     with zipfile.ZipFile(extension_zip) as zf:
         shipped = tomllib.loads(zf.read("blender_manifest.toml").decode())
@@ -103,7 +110,8 @@ def _import_problems(zip_path: Path) -> tuple[list[str], list[str]]:
             elif isinstance(node, ast.ImportFrom) and node.level == 0:
                 if (node.module or "").split(".")[0] == MANIFEST["id"]:
                     absolute.append(f"{name}: from {node.module} import ...")
-            elif isinstance(node, ast.ImportFrom) and (name, node.module) not in CLI_ONLY_IMPORTS:
+            elif isinstance(node, ast.ImportFrom) and (name, node.module) not in CLI_ONLY_IMPORTS \
+                    and name not in BACKEND_ONLY:
                 base = _module_of(name) if name.endswith("__init__.py") \
                     else _module_of(name).parent
                 for _ in range(node.level - 1):
@@ -211,9 +219,9 @@ FAKE_TAGS = {"linux-x64": "manylinux_2_27_x86_64.manylinux_2_28_x86_64",
 
 
 def _fake_wheel(folder: Path, name: str, version: str, tag: str, python: str = "cp311",
-                requires: tuple[str, ...] = ()) -> Path:
+                requires: tuple[str, ...] = (), abi: str | None = None) -> Path:
     """A tiny wheel named like PyPI's: a module and a dist-info, nothing compiled."""
-    path = folder / f"{name}-{version}-{python}-{python}-{tag}.whl"
+    path = folder / f"{name}-{version}-{python}-{abi or python}-{tag}.whl"
     dist = f"{name}-{version}.dist-info"
     with zipfile.ZipFile(path, "w") as zf:
         zf.writestr(f"{name}/__init__.py", f"__version__ = {version!r}\n")
@@ -229,7 +237,8 @@ def _build_fast(tmp: Path, *args: str, env: dict[str, str] | None = None,
                 timeout: float = 120) -> tuple[subprocess.CompletedProcess, Path]:
     out = tmp / "out"
     proc = subprocess.run([sys.executable, str(BUILD_FAST), "--stage-dir", str(tmp / "stage"),
-                           "--output-dir", str(out), *args], capture_output=True, text=True,
+                           "--output-dir", str(out), "--cache-dir", str(tmp / "cache"),
+                           "--fast", "--blender", "5.0", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=REPO, env=env)
     return proc, out
 
@@ -248,7 +257,10 @@ def test_fast_build_from_local_wheels_makes_one_zip_per_platform(tmp_path, exten
     for plat, tag in FAKE_TAGS.items():
         expected[plat] = {
             _fake_wheel(wheels, "numba", "0.68.1", tag, requires=(NUMBA_NEEDS,)).name,
-            _fake_wheel(wheels, "llvmlite", "0.50.0", tag).name}
+            _fake_wheel(wheels, "llvmlite", "0.50.0", tag).name,
+            _fake_wheel(wheels, "pyzmq", "27.3.0", tag).name}
+        # Never picked for Blender 5.0 (CPython 3.11): the abi3 wheel for 3.12+.
+        _fake_wheel(wheels, "pyzmq", "27.3.0", tag, python="cp312", abi="abi3")
     # Never picked: an older numba, and one for Python 3.13 (Blender 5.1+).
     _fake_wheel(wheels, "numba", "0.60.0", FAKE_TAGS["linux-x64"], requires=("llvmlite",))
     _fake_wheel(wheels, "numba", "0.68.1", FAKE_TAGS["linux-x64"], python="cp313")
@@ -288,6 +300,7 @@ def test_fast_build_names_what_is_wrong_with_local_wheels(tmp_path, case):
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     tag = FAKE_TAGS["linux-x64"]
+    _fake_wheel(wheels, "pyzmq", "27.3.0", tag)
     _fake_wheel(wheels, "numba", "0.68.1", tag, requires=(NUMBA_NEEDS,))
     if case == "mismatch":
         _fake_wheel(wheels, "llvmlite", "0.49.0", tag)
@@ -297,7 +310,7 @@ def test_fast_build_names_what_is_wrong_with_local_wheels(tmp_path, case):
         assert "no llvmlite wheel for linux-x64" in proc.stderr
         assert "pip download" in proc.stderr  # how to fetch it
     else:
-        assert "needs llvmlite<0.51,>=0.50.0dev0" in proc.stderr
+        assert "llvmlite<0.51,>=0.50.0dev0 is needed" in proc.stderr
         assert "llvmlite-0.49.0" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not list(out.glob("*.zip"))
@@ -312,7 +325,7 @@ def test_fast_build_download_failure_says_how_to_fix(tmp_path):
     proc, out = _build_fast(tmp_path, "--platform", "windows-x64", env=env)
     assert proc.returncode == 1
     err = proc.stderr
-    assert "could not download numba" in err and "windows-x64" in err
+    assert "could not download pyzmq" in err and "windows-x64" in err
     assert "--wheels-dir" in err and "PROXY" in err and "Traceback" not in err
     assert not list(out.glob("*.zip"))
 
@@ -389,7 +402,7 @@ def test_fast_zip_downloads_numba_that_blender_installs_and_uses(tmp_path):
     zip_path = out / f"{MANIFEST['id']}-{MANIFEST['version']}-linux_x64.zip"
     assert [z.name for z in out.glob("*.zip")] == [zip_path.name]
     wheels = sorted(n for n in _names(zip_path) if n.startswith("wheels/"))
-    assert [n.split("/")[1].split("-")[0] for n in wheels] == ["llvmlite", "numba"]
+    assert [n.split("/")[1].split("-")[0] for n in wheels] == ["llvmlite", "numba", "pyzmq"]
     assert all("-cp311-cp311-" in n and "x86_64" in n for n in wheels), wheels
     shipped = _zip_manifest(zip_path)
     assert shipped["platforms"] == ["linux-x64"]

@@ -35,7 +35,7 @@ class PS_PassesSettings(bpy.types.PropertyGroup):
     use_beauty: BoolProperty(name="Beauty", default=False)
 
     def options(self, scene: bpy.types.Scene) -> PassOptions:
-        chosen = tuple(p for p in PASSES if getattr(self, f"use_{p}"))
+        chosen = tuple(p for p in PASSES if getattr(self, f"use_{p}", False))
         return PassOptions(frames=range(scene.frame_start, scene.frame_end + 1),
                            width=self.width, height=self.height, engine=self.engine,
                            passes=chosen)
@@ -212,7 +212,8 @@ class PS_PT_passes(bpy.types.Panel):
         row.prop(s, "height")
         grid = col.grid_flow(columns=2, align=True)
         for p in PASSES:
-            grid.prop(s, f"use_{p}")
+            if hasattr(s, f"use_{p}"):
+                grid.prop(s, f"use_{p}")
         col.prop(s, "out_dir")
         if context.scene.camera is None:
             col.operator("painted_skin.add_camera", icon="CAMERA_DATA")

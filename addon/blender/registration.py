@@ -1,10 +1,17 @@
-"""Register the add-on's classes in dependency order (props, operators, panels)."""
+"""Register the add-on's classes in dependency order (props, operators, panels).
+
+Retarget and Passes need nothing beyond Blender and numpy; Restyle needs pyzmq (a wheel
+the extension bundles). Its import is the only one allowed to fail: the rest of the
+add-on registers and the Restyle panel explains what is missing.
+"""
 
 from __future__ import annotations
 
 import bpy
 
-from . import operators, panel, passes_ui, props, restyle
+from . import operators, panel, passes_ui, preferences, props
+
+_RESTYLE: dict = {"module": None}
 
 
 def register() -> None:
@@ -12,11 +19,24 @@ def register() -> None:
     for cls in operators.CLASSES + panel.CLASSES:
         bpy.utils.register_class(cls)
     passes_ui.register()
-    restyle.register()
+    preferences.register()
+    try:
+        from . import restyle
+    except ImportError as e:  # e.g. "No module named 'zmq'": the bundled wheel is absent
+        from . import restyle_unavailable
+
+        restyle_unavailable.register(f"{type(e).__name__}: {e}")
+        _RESTYLE["module"] = restyle_unavailable
+    else:
+        restyle.register()
+        _RESTYLE["module"] = restyle
 
 
 def unregister() -> None:
-    restyle.unregister()
+    module = _RESTYLE.pop("module", None)
+    if module is not None:
+        module.unregister()
+    preferences.unregister()
     passes_ui.unregister()
     for cls in reversed(operators.CLASSES + panel.CLASSES):
         bpy.utils.unregister_class(cls)

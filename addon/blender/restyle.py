@@ -10,8 +10,7 @@ computed or sent again, so a re-run (or a farm chunk) resumes. Headless (and in
 the bpy module, where timers never fire) the shot runs in a blocking loop on the
 client's ``zmq.Poller``; in the UI a modal operator polls the same client on an
 event timer (progress in the status bar, Esc cancels) and shows the result as an
-image sequence. Also here: the add-on preferences (backend Python, default URL)
-and the Backend/Restyle panel with "Start local backend" and "Connect".
+image sequence. Also here: the Backend/Restyle panel with "Start local backend" and "Connect".
 """
 
 from __future__ import annotations
@@ -30,10 +29,12 @@ import numpy as np
 from bpy.props import BoolProperty, EnumProperty, FloatProperty, IntProperty, StringProperty
 
 from ..core.atomic import check_writable, read_json, write_json_atomic, write_npy_atomic
+from ..core.backend_probe import no_python_message
 from .classes import register_classes, unregister_classes
 from .client import DEFAULT_URL, BackendClient, BackendError, BackendUnavailable, Result
 from .out_paths import PATH_OPTIONS, UnwritableOutput, output_folder
 from .passes import DEFAULT_PASSES, PassOptions, iter_frames, shot_depth_range
+from .preferences import PS_AddonPreferences, addon_package, preferences  # noqa: F401 (API)
 from .shot_geometry import ShotError, ShotGeometry
 
 RESTYLED = "restyled"
@@ -45,12 +46,6 @@ VSE_STRIP = "Painted Skin Restyled"
 SHOT_KEYS = ("pipeline", "prompt", "negative_prompt", "seed", "width", "height", "options")
 
 Progress = Callable[[int, int, int], None]  # (done, total, frame)
-
-
-def addon_package() -> str:
-    """The add-on's module name: ``painted_skin`` from the editable install,
-    ``bl_ext.<repo>.painted_skin`` as an extension (AddonPreferences.bl_idname)."""
-    return (__package__ or "painted_skin").removesuffix(".addon.blender")
 
 
 def result_path(out: Path, f: int) -> Path:
@@ -292,19 +287,45 @@ def write_result(out: Path, r: Result, width: int, height: int) -> Path:
 # -- local backend ---------------------------------------------------------------------------
 
 _LOCAL: dict = {"proc": None, "url": None, "log": None, "python": None}
-_STATUS = {"text": "not connected", "ok": False}
+_STATUS = {"text": "not connected", "ok": False, "log_tail": ""}
 
 
-def _backend_env() -> dict[str, str]:
+def _has_own_package(python: str) -> bool:
+    """Whether ``python`` imports a ``painted_skin`` of its own (pip or editable install:
+    then it runs that one, with its backend extras, rather than the extension's files)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    try:
+        proc = subprocess.run([python, "-c", "import importlib.util, sys; sys.exit(0 if "
+                               "importlib.util.find_spec('painted_skin') else 3)"],
+                              env=env, capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0
+
+
+def _backend_env(python: str | None = None) -> dict[str, str]:
     """The child's environment: inside an extension (bl_ext.<repo>.painted_skin) its
     folder is named painted_skin, so its parent on PYTHONPATH makes `-m painted_skin`
-    import these very files (the editable install needs nothing)."""
+    import these very files, unless ``python`` has a painted_skin installed (the
+    editable install needs nothing)."""
     env = dict(os.environ)
     root = Path(__file__).resolve().parents[2]
-    if root.name == "painted_skin":
+    if root.name == "painted_skin" and not (python and _has_own_package(python)):
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root.parent),
                                                          env.get("PYTHONPATH")) if p)
     return env
+
+
+def backend_python(configured: str) -> str:
+    """The Python that runs the local backend: the preference, or, in the bpy module
+    (a venv's Python runs Blender), that Python. Blender's own Python has neither torch
+    nor the bundled wheels on a child's path, so a Blender with no preference set gets
+    a BackendError saying how to set one, before anything starts."""
+    if configured:
+        return bpy.path.abspath(configured)
+    if not bpy.app.binary_path:
+        return sys.executable
+    raise BackendError("no_python", no_python_message())
 
 
 def _bind_url(url: str) -> str:
@@ -317,11 +338,17 @@ def launch_local_backend(python: str, url: str, command: list[str] | None = None
     handler behind ``painted-skin serve``, without the rest of the CLI) and return
     at once; its output goes to a log file named in error messages."""
     python = python or sys.executable
+    if not command and not os.path.isfile(python):
+        raise BackendError("no_python", f"Backend Python {python!r} does not exist: set "
+                                        "Preferences > Add-ons > Painted Skin > Backend Python "
+                                        "to the python of an environment with "
+                                        "painted-skin[backend] installed")
     cmd = command or [python, "-m", "painted_skin.backend.commands", "serve",
                       "--bind", _bind_url(url)]
     log = Path(tempfile.gettempdir()) / f"painted-skin-backend-{url.rsplit(':', 1)[-1]}.log"
     with open(log, "ab") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=_backend_env(),
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT,
+                                env=_backend_env(None if command else python),
                                 stdin=subprocess.DEVNULL)
     _LOCAL.update(proc=proc, url=url, log=log, python=python, command=command)
     return proc
@@ -338,8 +365,7 @@ def start_local_backend(python: str, url: str = DEFAULT_URL, timeout_s: float = 
         while True:
             code = proc.poll()
             if code is not None:
-                raise BackendError("exited", f"the backend exited with code {code} "
-                                             f"({' '.join(proc.args)}):\n{_log_tail()}")
+                raise BackendError("exited", exit_message(proc))
             try:
                 return c.ping(timeout_s=min(1.0, max(0.1, deadline - time.monotonic())))
             except BackendUnavailable:
@@ -355,6 +381,13 @@ def _log_tail(n: int = 2000) -> str:
     if not log or not Path(log).exists():
         return ""
     return Path(log).read_text(errors="replace")[-n:]
+
+
+def exit_message(proc: subprocess.Popen) -> str:
+    """Why the local backend died: its command, its exit code and its log's last lines
+    (a missing package, a port in use...)."""
+    return (f"the backend exited with code {proc.returncode} ({' '.join(map(str, proc.args))})"
+            f"; log {_LOCAL.get('log')}:\n{_log_tail()}")
 
 
 def restart_local_if_dead() -> None:
@@ -378,32 +411,6 @@ def stop_local_backend() -> None:
 
 
 # -- preferences, settings ---------------------------------------------------------------------
-
-class PS_AddonPreferences(bpy.types.AddonPreferences):
-    bl_idname = addon_package()
-
-    python: StringProperty(name="Backend Python", subtype="FILE_PATH", default="",
-                           description="Python with painted-skin[backend] installed, used by "
-                                       "Start local backend (empty: this Python)")
-    url: StringProperty(name="Backend URL", default=DEFAULT_URL,
-                        description="Default backend address (tcp://HOST:PORT)")
-    keys_dir: StringProperty(name="Keys", subtype="DIR_PATH", default="",
-                             description="painted-skin keys folder, for a backend that is "
-                                         "not on this machine (CurveZMQ)")
-
-    def draw(self, context):
-        col = self.layout.column()
-        col.prop(self, "python")
-        col.prop(self, "url")
-        col.prop(self, "keys_dir")
-
-
-def preferences(context=None) -> PS_AddonPreferences | None:
-    """The add-on's preferences, or None when it is not enabled as an add-on."""
-    context = context or bpy.context
-    addon = context.preferences.addons.get(addon_package())
-    return addon.preferences if addon is not None else None
-
 
 class PS_RestyleSettings(bpy.types.PropertyGroup):
     url: StringProperty(name="URL", default="",
@@ -671,24 +678,89 @@ def status_line(url: str, st: dict) -> str:
             f"{st.get('sessions', 0)} session(s)")
 
 
+def _log_lines(text: str, n: int = 6) -> str:
+    return "\n".join(text.strip().splitlines()[-n:])
+
+
+def _redraw(context) -> None:
+    for window in getattr(context.window_manager, "windows", []):
+        for area in window.screen.areas:
+            if area.type in ("VIEW_3D", "PREFERENCES"):
+                area.tag_redraw()
+
+
 class PS_OT_backend_start(bpy.types.Operator):
-    """Start `painted-skin serve` here with the preferences' Python; wait until it answers"""
+    """Start `painted-skin serve` here with the preferences' Backend Python; the panel shows
+    its progress, and its log's last lines if it fails"""
 
     bl_idname = "painted_skin.backend_start"
     bl_label = "Start Local Backend"
 
     timeout: IntProperty(name="Timeout", default=60, min=1)
 
-    def execute(self, context):
+    def _python(self, context) -> str:
         p = preferences(context)
+        return backend_python(p.python if p is not None else "")
+
+    def _failed(self, e: BackendError):
+        _STATUS.update(text="local backend failed to start", ok=False,
+                       log_tail=_log_lines(e.message if e.code == "exited" else _log_tail()))
+        self.report({"ERROR"}, str(e))
+        return {"CANCELLED"}
+
+    def execute(self, context):
+        # Headless (blender -b, the bpy module): no event loop, wait here.
+        try:
+            start_local_backend(self._python(context), backend_url(context), self.timeout)
+        except BackendError as e:
+            return self._failed(e)
+        _STATUS["log_tail"] = ""
+        return bpy.ops.painted_skin.backend_connect()
+
+    def invoke(self, context, event):
+        if context.window is None:
+            return self.execute(context)
         url = backend_url(context)
         try:
-            start_local_backend(p.python if p is not None else "", url, self.timeout)
+            stop_local_backend()
+            self._proc = launch_local_backend(self._python(context), url)
         except BackendError as e:
-            _STATUS.update(text="local backend failed to start", ok=False)
-            self.report({"ERROR"}, str(e))
-            return {"CANCELLED"}
-        return bpy.ops.painted_skin.backend_connect()
+            return self._failed(e)
+        self._client = BackendClient(url, timeout_s=1.0)
+        self._t0 = time.monotonic()
+        _STATUS.update(text="starting local backend…", ok=False, log_tail="")
+        wm = context.window_manager
+        self._timer = wm.event_timer_add(0.25, window=context.window)
+        wm.modal_handler_add(self)
+        return {"RUNNING_MODAL"}
+
+    def modal(self, context, event):
+        if event.type != "TIMER":
+            return {"PASS_THROUGH"}
+        waited = time.monotonic() - self._t0
+        outcome = None
+        if self._proc.poll() is not None:
+            outcome = self._failed(BackendError("exited", exit_message(self._proc)))
+        else:
+            try:
+                self._client.ping(timeout_s=0.05)
+                outcome = "up"
+            except BackendUnavailable:
+                if waited > self.timeout:
+                    stop_local_backend()
+                    outcome = self._failed(BackendError(
+                        "timeout", f"the backend did not answer within {self.timeout} s; "
+                                   f"log: {_LOCAL['log']}"))
+        if outcome is None:
+            _STATUS["text"] = f"starting local backend… {waited:.0f} s"
+            _redraw(context)
+            return {"RUNNING_MODAL"}
+        context.window_manager.event_timer_remove(self._timer)
+        self._client.close(timeout_s=0.1)
+        _redraw(context)
+        if outcome == "up":
+            return bpy.ops.painted_skin.backend_connect()
+        return outcome
 
 
 class PS_OT_backend_stop(bpy.types.Operator):
@@ -714,6 +786,13 @@ class PS_PT_restyle(bpy.types.Panel):
         s = _settings(context)
         col = self.layout.column()
         col.label(text=_STATUS["text"], icon="LINKED" if _STATUS["ok"] else "UNLINKED")
+        for line in _STATUS.get("log_tail", "").splitlines():
+            col.label(text=line[:120])
+        p = preferences(context)
+        if bpy.app.binary_path and p is not None and not p.python:
+            col.label(text="Set Preferences > Add-ons > Painted Skin > Backend Python",
+                      icon="INFO")
+            col.label(text="to start a local backend (or Connect to a running one)")
         row = col.row(align=True)
         row.prop(s, "url", text="")
         row.operator("painted_skin.backend_connect", text="", icon="FILE_REFRESH")
@@ -743,7 +822,7 @@ class PS_PT_restyle(bpy.types.Panel):
         col.operator("painted_skin.restyle", icon="BRUSH_DATA")
 
 
-CLASSES = (PS_AddonPreferences, PS_RestyleSettings, PS_OT_restyle, PS_OT_backend_connect,
+CLASSES = (PS_RestyleSettings, PS_OT_restyle, PS_OT_backend_connect,
            PS_OT_backend_start, PS_OT_backend_stop, PS_PT_restyle)
 
 

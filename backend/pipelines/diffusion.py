@@ -23,9 +23,11 @@ LOAD_KEYS = ("model", "tiny", "tiny_seed", "tiny_controlnets", "dtype", "engine"
 
 
 def available() -> bool:
-    """True when torch, diffusers and transformers are importable."""
+    """True when torch, diffusers and transformers are importable and the diffusion code
+    is here (the Blender extension ships the backend without it)."""
+    here = __package__.rsplit(".", 1)[0] + ".diffusion.components"
     return all(importlib.util.find_spec(m) is not None
-               for m in ("torch", "diffusers", "transformers"))
+               for m in ("torch", "diffusers", "transformers", here))
 
 
 def option_problems(options: dict[str, Any]) -> list[str]:

@@ -1,0 +1,47 @@
+"""The Restyle section when its network layer cannot load (pyzmq missing or broken).
+
+Retarget and Passes never touch the network, so they must keep working; the Restyle
+panel then stays in its place and says what failed and how to fix it, instead of the
+whole add-on failing to register.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import bpy
+
+REASON = {"text": ""}
+
+
+def fix_text() -> str:
+    """How to get pyzmq into this Blender."""
+    plat = {"win32": "windows_x64", "darwin": "macos_arm64 or macos_x64"}.get(
+        sys.platform, "linux_x64")
+    return (f"install the Painted Skin zip built for this system ({plat}, for Blender "
+            f"{bpy.app.version[0]}.{bpy.app.version[1]}), which bundles pyzmq, or install "
+            "pyzmq into Blender's Python")
+
+
+class PS_PT_restyle(bpy.types.Panel):
+    bl_idname = "PS_PT_restyle"
+    bl_label = "Restyle"
+    bl_space_type = "VIEW_3D"
+    bl_region_type = "UI"
+    bl_category = "Painted Skin"
+
+    def draw(self, context):
+        col = self.layout.column()
+        col.label(text="Restyle is unavailable:", icon="ERROR")
+        col.label(text=REASON["text"])
+        col.label(text="Fix: " + fix_text())
+
+
+def register(reason: str) -> None:
+    REASON["text"] = reason
+    print(f"Painted Skin: Restyle disabled: {reason}. Fix: {fix_text()}", file=sys.stderr)
+    bpy.utils.register_class(PS_PT_restyle)
+
+
+def unregister() -> None:
+    bpy.utils.unregister_class(PS_PT_restyle)

@@ -1,0 +1,43 @@
+"""The stable entry for pipeline TDs: the functions behind the panel and the CLI.
+
+    # pip install painted-skin[blender] (the bpy module) or an editable checkout:
+    from painted_skin.api import retarget_clip, make_passes, PassOptions, restyle_shot
+    # inside Blender, from the installed extension (the package is bl_ext.<repo>.painted_skin):
+    import importlib
+    api = importlib.import_module("bl_ext.user_default.painted_skin.api")
+
+Names resolve on first use, so importing this module costs nothing and Retarget/Passes
+work without pyzmq (only ``restyle_shot`` and ``BackendClient`` need it).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_WHERE = {
+    "retarget_clip": ".addon.blender.retarget_api",
+    "RetargetError": ".addon.blender.retarget_api",
+    "RetargetOptions": ".addon.core.retarget",
+    "make_passes": ".addon.blender.passes",
+    "PassOptions": ".addon.blender.passes",
+    "ShotError": ".addon.blender.shot_geometry",
+    "add_follow_camera": ".addon.blender.auto_camera",
+    "restyle_shot": ".addon.blender.restyle",
+    "BackendClient": ".addon.blender.client",
+    "BackendError": ".addon.blender.client",
+    "probe_python": ".addon.core.backend_probe",
+}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_WHERE[name], __package__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
