@@ -398,7 +398,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_.add_argument("--size", default="512x512", help="WIDTHxHEIGHT")
     p_.add_argument("--engine", choices=("fast", "cycles"), default="fast")
     p_.add_argument("--passes", default="depth,normal,skeleton,mask,parts,motion",
-                    help="comma list of depth,normal,skeleton,mask,parts,motion,beauty")
+                    help="comma list of depth,normal,skeleton,mask,parts,motion,beauty and "
+                         "the canonical ones rest_position,uv,normal_world,view_dir,"
+                         "light_visibility")
     p_.add_argument("--out", required=True, help="output folder (re-running resumes)")
     p_.add_argument("--camera", help="camera object to render through, or 'auto': a "
                     "three-quarter camera following the character (default: the scene's)")

@@ -65,6 +65,11 @@ E_CANCELLED = getattr(protocol, "E_CANCELLED", "cancelled")
 PASSES: dict[str, tuple[str, int]] = {
     "depth": ("float32", 0), "normal": ("float16", 3), "skeleton": ("uint8", 3),
     "mask": ("uint8", 0), "motion": ("float16", 4), "parts": ("uint8", 0),
+    # Canonical surface passes (sent when the pipeline paints from them, e.g. skin):
+    # UV and rest position stay float32 (a 1024² texture needs better than float16's
+    # 5e-4 near 1.0); directions are float16 like the normal; one 0/255 byte per light.
+    "rest_position": ("float32", 3), "uv": ("float32", 3), "normal_world": ("float16", 3),
+    "view_dir": ("float16", 3), "light_visibility": ("uint8", 4),
 }
 MAX_NAME = 256  # session names, ids echoed back
 MAX_TEXT = 4000  # error messages (a model's missing components, one line each)

@@ -270,3 +270,32 @@ def test_panel_fields_become_pipeline_options(bpy_clean) -> None:
             restyle_args(s)
     finally:
         painted_skin.unregister()
+
+
+def test_canonical_passes_travel_to_the_backend_in_their_wire_dtypes(bpy_clean, shot_blend,
+                                                                     backend_url):
+    """A skin-style frame carries rest position, UV, world normal, view direction and
+    light visibility; the backend accepts them (its pass table) and answers."""
+    from painted_skin.addon.blender.client import BackendClient
+    from painted_skin.addon.blender.restyle import shot_frames, wire_passes
+    from painted_skin.backend.server import PASSES
+
+    scene = open_shot(bpy_clean, shot_blend)
+    f, wire = next(shot_frames(scene, [3], 40, 32, passes=wire_passes("skin")))
+    assert set(wire_passes("skin")) - {"skeleton"} <= set(wire) | {"skeleton"}
+    for name, (dtype, ch) in PASSES.items():
+        assert wire[name].dtype == np.dtype(dtype), name
+        assert wire[name].shape == ((32, 40, ch) if ch else (32, 40)), name
+    on = wire["mask"] > 0
+    assert np.abs(wire["rest_position"][on]).sum(axis=-1).min() > 0  # every pixel placed
+    assert set(np.unique(wire["uv"][..., 2])) <= {0.0, 1.0}
+    assert np.allclose(np.linalg.norm(wire["view_dir"][on].astype(np.float32), axis=-1), 1,
+                       atol=2e-3)
+    assert not wire["rest_position"][~on].any()
+    assert set(np.unique(wire["light_visibility"])) <= {0, 255}
+    results = []
+    with BackendClient(backend_url, timeout_s=20) as c:
+        c.open("echo", 40, 32)
+        c.run_shot(iter([(f, wire)]), results.append)
+    assert [r.frame for r in results] == [3]
+    assert "normal_world" not in next(shot_frames(scene, [3], 40, 32))[1]  # echo: not sent

@@ -48,7 +48,9 @@ from ...backend import protocol as P
 log = logging.getLogger("painted_skin.client")
 
 DEFAULT_URL = "tcp://127.0.0.1:5555"
-SHM_BYTES_PER_PIXEL = 24  # all the passes of a frame: 4 + 6 + 3 + 1 + 8 + 1 = 23 bytes
+# All the passes of a frame: 4 + 6 + 3 + 1 + 8 + 1 = 23 bytes, and with the canonical
+# ones (skin) + 12 + 12 + 6 + 6 + 4 = 63.
+SHM_BYTES_PER_PIXEL = 64
 SHM_MIN_SLOTS = 8
 E_CANCELLED = P.E_CANCELLED
 E_UNAVAILABLE = "unavailable"

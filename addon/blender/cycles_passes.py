@@ -1,4 +1,5 @@
-"""Reference control passes from Cycles: depth, normals, mask, motion vectors, beauty.
+"""Reference control passes from Cycles: depth, normals, mask, motion vectors, beauty,
+world positions, and the canonical surface coordinates (rest position, UV).
 
 One frame is rendered on the CPU with 1 sample whose position is the pixel centre (film
 filter width 0.01 px), so depth / normal / mask equal an analytic rasteriser sampled at
@@ -14,6 +15,16 @@ image axes), with
 
 The project's flows are "position in the other frame minus position now" with u right and
 v down, so ``flow_prev = (X, -Y)`` and ``flow_next = (-Z, W)``. Background pixels get 0.
+
+Rest positions and UVs come from two colour AOVs that every material of the rendered
+meshes writes for the duration of the render (:func:`canonical_aovs`): an Attribute node
+reading Blender's ``rest_position`` attribute (the object flag that makes Blender keep
+it is turned on for the render only) and a UV Map node (the active render map). Nodes,
+AOVs, flags and temporary materials are removed after, whatever happens.
+
+Light visibility has no Cycles pass (Cycles X dropped the shadow pass, and a lit-render
+ratio would depend on materials, light size and noise): :func:`ray_light_visibility`
+traces it with Blender's own BVH (``scene.ray_cast``), exactly, per pixel.
 """
 
 from __future__ import annotations
@@ -31,6 +42,7 @@ import numpy as np
 
 from .image_io import read_exr_layers
 from .scene_reader import camera_for
+from .shot_geometry import REST_ATTRIBUTE
 
 #: Cycles writes this depth where a pixel sees no surface.
 CYCLES_BACKGROUND_DEPTH = 1e10
@@ -38,6 +50,10 @@ CYCLES_BACKGROUND_DEPTH = 1e10
 _PASS_CHANNELS = {"Depth": "Z", "Normal": "XYZ", "Vector": "XYZW", "Combined": "A"}
 #: Largest side a pass render accepts (memory/time guard).
 MAX_SIZE = 8192
+#: The AOVs that carry the canonical surface coordinates, and the object property that
+#: tells Cycles which meshes have a UV map.
+REST_AOV, UV_AOV, HAS_UV_PROP = "painted_skin_rest", "painted_skin_uv", "painted_skin_has_uv"
+_NODE_TAG = "painted_skin_tmp"
 
 
 def _check_size(width: int, height: int) -> None:
@@ -197,11 +213,20 @@ def passes_from_layers(layers: dict[str, np.ndarray], vl_name: str,
     }
     if want_beauty:
         out["beauty"] = _layer(layers, vl_name, "Combined", "RGBA")
+    hit = out["mask"] > 0.5
+    if f"{vl_name}.Position.X" in layers:
+        out["position"] = np.where(hit[..., None], _layer(layers, vl_name, "Position", "XYZ"),
+                                   0.0).astype(np.float32)
+    if f"{vl_name}.{REST_AOV}.R" in layers:
+        for key, aov in (("rest_position", REST_AOV), ("uv", UV_AOV)):
+            out[key] = np.where(hit[..., None], _layer(layers, vl_name, aov, "RGB"),
+                                0.0).astype(np.float32) + 0.0
     return out
 
 
 def _render_frame(scene: bpy.types.Scene, vl: bpy.types.ViewLayer, frame: int,
-                  out_dir: str, want_beauty: bool) -> dict[str, np.ndarray]:
+                  out_dir: str, want_beauty: bool, extras: frozenset[str] = frozenset()
+                  ) -> dict[str, np.ndarray]:
     """Render the current settings at ``frame`` into ``out_dir`` and read the passes."""
     for old in glob.glob(os.path.join(out_dir, "*.exr")):
         os.unlink(old)
@@ -214,26 +239,151 @@ def _render_frame(scene: bpy.types.Scene, vl: bpy.types.ViewLayer, frame: int,
     names = [f"{vl.name}.{p}.{c}" for p, cs in _PASS_CHANNELS.items() for c in cs]
     if want_beauty:
         names += [f"{vl.name}.Combined.{c}" for c in "RGB"]
+    if "position" in extras:
+        names += [f"{vl.name}.Position.{c}" for c in "XYZ"]
+    if "canonical" in extras:
+        names += [f"{vl.name}.{a}.{c}" for a in (REST_AOV, UV_AOV) for c in "RGB"]
     return passes_from_layers(read_exr_layers(files[0], names), vl.name, rot, want_beauty)
 
 
+@contextmanager
+def _extra_passes(scene: bpy.types.Scene, vl: bpy.types.ViewLayer,
+                  extras: frozenset[str]) -> Iterator[None]:
+    """Turn on the Position pass and / or the canonical AOVs for the duration."""
+    bad = set(extras) - {"position", "canonical"}
+    if bad:
+        raise ValueError(f"unknown extra pass(es) {sorted(bad)}: use position, canonical")
+    had_position = vl.use_pass_position
+    try:
+        if "position" in extras:
+            vl.use_pass_position = True
+        if "canonical" in extras:
+            with canonical_aovs(scene, vl):
+                yield
+        else:
+            yield
+    finally:
+        if vl.use_pass_position != had_position:
+            vl.use_pass_position = had_position
+
+
+def _rendered_meshes(scene: bpy.types.Scene) -> list[bpy.types.Object]:
+    return [o for o in scene.objects if o.type == "MESH" and not o.hide_render
+            and o.visible_get()]
+
+
+def _add_aov_nodes(mat: bpy.types.Material) -> list:
+    """Nodes in ``mat`` that write the rest position and (u, v, has_uv) AOVs."""
+    nt = mat.node_tree
+    nodes = []
+
+    def node(kind: str):
+        n = nt.nodes.new(kind)
+        n.label = _NODE_TAG
+        nodes.append(n)
+        return n
+
+    rest = node("ShaderNodeAttribute")
+    rest.attribute_type, rest.attribute_name = "GEOMETRY", REST_ATTRIBUTE
+    out_rest = node("ShaderNodeOutputAOV")
+    out_rest.aov_name = REST_AOV
+    nt.links.new(rest.outputs["Vector"], out_rest.inputs["Color"])
+    uv = node("ShaderNodeUVMap")  # no map named: the active render one
+    split = node("ShaderNodeSeparateXYZ")
+    nt.links.new(uv.outputs["UV"], split.inputs["Vector"])
+    has = node("ShaderNodeAttribute")
+    has.attribute_type, has.attribute_name = "OBJECT", HAS_UV_PROP
+    join = node("ShaderNodeCombineXYZ")
+    nt.links.new(split.outputs["X"], join.inputs["X"])
+    nt.links.new(split.outputs["Y"], join.inputs["Y"])
+    nt.links.new(has.outputs["Fac"], join.inputs["Z"])
+    out_uv = node("ShaderNodeOutputAOV")
+    out_uv.aov_name = UV_AOV
+    nt.links.new(join.outputs["Vector"], out_uv.inputs["Color"])
+    return nodes
+
+
+@contextmanager
+def canonical_aovs(scene: bpy.types.Scene, vl: bpy.types.ViewLayer) -> Iterator[None]:
+    """For the duration: two colour AOVs on ``vl``, AOV-writing nodes in every material
+    of the rendered meshes (a temporary material where a mesh has none), the
+    ``rest_position`` flag on and a has-UV property on meshes with a UV map. All of it
+    is removed on exit, so nothing is left in the user's file."""
+    from .shot_geometry import render_uv_name, rest_position_attribute
+
+    objects = _rendered_meshes(scene)
+    aovs, added_nodes, props, filled = [], [], [], []
+    tmp_mat = None
+    try:
+        for name in (REST_AOV, UV_AOV):
+            aov = vl.aovs.add()
+            aov.name, aov.type = name, "COLOR"
+            aovs.append(aov.name)
+        mats: dict[str, bpy.types.Material] = {}
+        for ob in objects:
+            empty = [i for i, slot in enumerate(ob.material_slots) if slot.material is None]
+            if not ob.material_slots or empty:
+                if tmp_mat is None:
+                    tmp_mat = bpy.data.materials.new("painted_skin_aov_tmp")
+                if not ob.material_slots:
+                    ob.data.materials.append(tmp_mat)
+                    filled.append((ob, None))
+                for i in empty:
+                    filled.append((ob, i))
+                    ob.material_slots[i].material = tmp_mat
+            for slot in ob.material_slots:
+                if slot.material is not None:
+                    mats[slot.material.name] = slot.material
+            if render_uv_name(ob.data) is not None and HAS_UV_PROP not in ob:
+                ob[HAS_UV_PROP] = 1.0
+                props.append(ob)
+        for mat in mats.values():
+            if mat.node_tree is None:
+                raise RuntimeError(f"material {mat.name!r} has no node tree: the canonical "
+                                   "passes need node materials")
+            added_nodes.append((mat, _add_aov_nodes(mat)))
+        with rest_position_attribute(objects):
+            yield
+    finally:
+        for mat, nodes in added_nodes:
+            for n in nodes:
+                mat.node_tree.nodes.remove(n)
+        for ob in props:
+            if HAS_UV_PROP in ob:
+                del ob[HAS_UV_PROP]
+        for ob, i in reversed(filled):
+            if i is None:  # the mesh had no slot (pop would leave an empty one)
+                ob.data.materials.clear()
+            else:
+                ob.material_slots[i].material = None
+        if tmp_mat is not None:
+            bpy.data.materials.remove(tmp_mat)
+        for name in aovs:
+            aov = vl.aovs.get(name)
+            if aov is not None:
+                vl.aovs.remove(aov)
+
+
 def render_cycles_frames(scene: bpy.types.Scene, frames: Iterable[int], width: int,
-                         height: int, want_beauty: bool = False, tmpdir: str | None = None
+                         height: int, want_beauty: bool = False, tmpdir: str | None = None,
+                         extras: Iterable[str] = ()
                          ) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
     """Render several frames under one set-up (settings applied once, restored at the
     end); yields ``(frame, passes)`` as :func:`render_cycles_passes` returns them."""
+    extras = frozenset(extras)
     out_dir = tempfile.mkdtemp(prefix="painted-skin-cycles-", dir=tmpdir)
     try:
-        with cycles_pass_settings(scene, width, height, want_beauty, out_dir) as vl:
+        with cycles_pass_settings(scene, width, height, want_beauty, out_dir) as vl, \
+                _extra_passes(scene, vl, extras):
             for f in frames:
-                yield int(f), _render_frame(scene, vl, f, out_dir, want_beauty)
+                yield int(f), _render_frame(scene, vl, f, out_dir, want_beauty, extras)
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
 
 
 def render_cycles_passes(scene: bpy.types.Scene, frame: int, width: int, height: int,
-                         want_beauty: bool = False, tmpdir: str | None = None
-                         ) -> dict[str, np.ndarray]:
+                         want_beauty: bool = False, tmpdir: str | None = None,
+                         extras: Iterable[str] = ()) -> dict[str, np.ndarray]:
     """Render one frame's passes with Cycles; every scene setting is restored after.
 
     Returns float32 arrays, top row first: ``depth`` (H, W) planar metres along the view
@@ -242,10 +392,63 @@ def render_cycles_passes(scene: bpy.types.Scene, frame: int, width: int, height:
     alpha in [0, 1], ``flow_prev`` / ``flow_next`` (H, W, 2) pixels (u right, v down) from
     where the surface point is now to where it is in the previous / next frame
     (background 0), and ``beauty`` (H, W, 4) linear RGBA when ``want_beauty``.
+    ``extras``: "position" adds ``position`` (H, W, 3) world; "canonical" adds
+    ``rest_position`` (H, W, 3) and ``uv`` (H, W, 3) = (u, v, has_uv) (background 0).
     """
+    extras = frozenset(extras)
     out_dir = tempfile.mkdtemp(prefix="painted-skin-cycles-", dir=tmpdir)
     try:
-        with cycles_pass_settings(scene, width, height, want_beauty, out_dir) as vl:
-            return _render_frame(scene, vl, frame, out_dir, want_beauty)
+        with cycles_pass_settings(scene, width, height, want_beauty, out_dir) as vl, \
+                _extra_passes(scene, vl, extras):
+            return _render_frame(scene, vl, frame, out_dir, want_beauty, extras)
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
+
+
+def ray_light_visibility(scene: bpy.types.Scene, position: np.ndarray, mask: np.ndarray,
+                         cam, lights: list, eps: float = 1e-4) -> np.ndarray:
+    """The reference light visibility: (H, W, len(lights)) float32, 1 where the surface
+    point at each covered pixel sees the light (definition in :mod:`..core.shadow`).
+
+    A camera ray towards each pixel's surface point (``position`` (H, W, 3) world, e.g.
+    Cycles' Position pass) finds the surface in Blender's BVH and its face normal; a
+    shadow ray from just off the visible side of that face towards each light
+    (``SceneLight``-like: type, position, direction) then decides. Exact, with no bias
+    and no sampling noise, but one Python call per ray (about 10 µs): a reference, not
+    a fast path.
+    """
+    from mathutils import Vector
+
+    dg = bpy.context.evaluated_depsgraph_get()
+    h, w = mask.shape
+    out = np.zeros((h, w, len(lights)), np.float32)
+    eye = np.asarray(cam.world[:3, 3], np.float64)
+    back = np.asarray(cam.world[:3, 2], np.float64)
+    back /= np.linalg.norm(back)
+    far = float(cam.far) * 2.0
+    for i, j in zip(*np.nonzero(mask), strict=True):
+        p = np.asarray(position[i, j], np.float64)
+        start = p + back * (np.dot(eye - p, back)) if cam.ortho else eye
+        ray = p - start
+        dist = float(np.linalg.norm(ray))
+        hit, loc, normal, *_ = scene.ray_cast(dg, Vector(start), Vector(ray / dist),
+                                              distance=dist * 1.01 + 1e-3)
+        if hit:
+            p, n = np.array(loc), np.array(normal)
+        else:  # the camera ray grazed an edge: keep the pass's point, facing the camera
+            n = -ray / dist
+        if np.dot(n, ray) > 0:
+            n = -n
+        origin = p + n * eps * max(1.0, float(np.abs(p).max()))
+        for k, li in enumerate(lights):
+            if li.type == "SUN":
+                d, reach = np.asarray(li.direction, np.float64), far
+            else:
+                d = np.asarray(li.position, np.float64) - origin
+                reach = float(np.linalg.norm(d))
+                d = d / max(reach, 1e-12)
+            if np.dot(n, d) <= 0:
+                continue  # the visible side faces away from the light
+            blocked = scene.ray_cast(dg, Vector(origin), Vector(d), distance=reach)[0]
+            out[i, j, k] = 0.0 if blocked else 1.0
+    return out

@@ -23,9 +23,20 @@ import numpy as np
 from ..core import encodings, jit
 from ..core.atomic import read_json, remove_stale_temps, write_json_atomic
 from ..core.raster import Fragments, inside_closed_mesh, motion_vectors_many, rasterize
-from .shot_geometry import FrameGeometry, ShotError, ShotGeometry
+from .shot_geometry import (
+    MAX_LIGHTS,
+    FrameGeometry,
+    ShotError,
+    ShotGeometry,
+    light_at,
+    scene_lights,
+)
 
-PASSES = ("depth", "normal", "skeleton", "mask", "parts", "motion", "beauty")
+PASSES = ("depth", "normal", "skeleton", "mask", "parts", "motion", "beauty",
+          "rest_position", "uv", "normal_world", "view_dir", "light_visibility")
+#: Passes for a per-character neural renderer: the fast engine makes them from the
+#: fragments (triangle + barycentrics) of the one rasterisation all passes share.
+CANONICAL_PASSES = ("rest_position", "uv", "normal_world", "view_dir", "light_visibility")
 DEFAULT_PASSES = ("depth", "normal", "skeleton", "mask", "parts", "motion")
 MIN_SIZE, MAX_SIZE = 16, 8192
 MANIFEST_VERSION = 1
@@ -39,6 +50,11 @@ FILES = {
     "parts": [("parts", "png"), ("parts_color", "png")],
     "motion": [("motion", "exr")],
     "beauty": [("beauty", "png")],
+    "rest_position": [("rest_position", "exr"), ("rest_position16", "png")],
+    "uv": [("uv", "exr"), ("uv16", "png")],
+    "normal_world": [("normal_world", "exr")],
+    "view_dir": [("view_dir", "exr")],
+    "light_visibility": [("light_visibility", "exr")],
 }
 
 Progress = Callable[[int, int, int], None]  # (done, total, frame)
@@ -113,10 +129,30 @@ def _manifest(opts: PassOptions, near: float, far: float, geo: ShotGeometry) -> 
         "conventions": encodings.CONVENTIONS,
         "armature": geo.armature.name if geo.armature else None,
         "bone_map": geo.bone_map,
+        "lights": _shot_lights(geo),
+        **({"rest_box": rest_box(geo)} if "rest_position" in opts.passes else {}),
         "shot": shot_identity(geo),
         "versions": {"blender": bpy.app.version_string, "numpy": np.__version__,
                      "painted_skin": _package_version()},
     }
+
+
+def _shot_lights(geo: ShotGeometry) -> list[dict]:
+    """The lights light_visibility's channels follow, at the scene's first frame (the
+    same for every farm chunk of the shot)."""
+    scene = geo.scene
+    now = scene.frame_current
+    scene.frame_set(scene.frame_start)
+    try:
+        return [light_at(o).to_dict() for o in scene_lights(scene)]
+    finally:
+        scene.frame_set(now)
+
+
+def rest_box(geo: ShotGeometry) -> tuple[list, list]:
+    """The shot-fixed box of every rest position: the rest_position16 preview's range."""
+    r = geo.surface_attributes().rest_positions
+    return [float(x) for x in r.min(axis=0)], [float(x) for x in r.max(axis=0)]
 
 
 def shot_identity(geo: ShotGeometry) -> dict:
@@ -170,6 +206,9 @@ def _check_manifest(out: Path, manifest: dict) -> None:
     if passes != sorted(old.get("passes", [])) or shot is None:
         old["passes"], old["shot"] = passes, new_shot  # a manifest from before "shot": adopt
         old["files"] = {**old.get("files", {}), **manifest["files"]}
+        for key in ("lights", "rest_box"):  # what passes added to an older folder need
+            if key in manifest and key not in old:
+                old[key] = manifest[key]
         write_json_atomic(path, old)
 
 
@@ -200,7 +239,8 @@ def fast_frame(geo: ShotGeometry, g: FrameGeometry, prev: FrameGeometry | None,
     """All passes of one frame from the evaluated meshes (no renderer)."""
     cam = g.camera
     verts_cam = cam.to_camera(g.positions)
-    if jit.enabled():  # every pass in two compiled sweeps: the arrays below, to rounding
+    canonical = bool(want & set(CANONICAL_PASSES))
+    if jit.enabled() and not canonical:  # every pass in two compiled sweeps, to rounding
         from ..core import raster_jit
 
         others = None
@@ -215,15 +255,18 @@ def fast_frame(geo: ShotGeometry, g: FrameGeometry, prev: FrameGeometry | None,
             jit.disable(e)
     frag = rasterize_culled(verts_cam, geo.tris, geo.cullable, cam)
     out: dict[str, np.ndarray] = {"depth": frag.depth, "mask": frag.mask}
-    if "normal" in want:
+    m = frag.mask
+    if want & {"normal", "normal_world"}:
         # Only the covered pixels (a fraction of the image) are interpolated and turned.
-        m = frag.mask
         b = frag.bary[m].astype(np.float64)
-        n = np.einsum("nk,nkc->nc", b, g.corner_normals[frag.tri[m]]) @ cam.view[:3, :3].T
+        nw = np.einsum("nk,nkc->nc", b, g.corner_normals[frag.tri[m]])
+        n = nw @ cam.view[:3, :3].T
         n /= np.maximum(np.linalg.norm(n, axis=-1, keepdims=True), 1e-12)
-        normal = np.zeros(frag.depth.shape + (3,), np.float32)
-        normal[m] = n
-        out["normal"] = normal
+        if "normal" in want:
+            out["normal"] = _scatter(m, n)
+        if "normal_world" in want:
+            nw /= np.maximum(np.linalg.norm(nw, axis=-1, keepdims=True), 1e-12)
+            out["normal_world"] = _scatter(m, nw)
     if "parts" in want:
         corner = np.argmax(frag.bary, axis=-1)
         vid = geo.tris[np.maximum(frag.tri, 0), corner]
@@ -236,23 +279,113 @@ def fast_frame(geo: ShotGeometry, g: FrameGeometry, prev: FrameGeometry | None,
         for (k, _), flow in zip(slots, flows, strict=True):
             mv[..., k:k + 2] = flow
         out["motion"] = mv
+    if canonical:
+        out.update(_canonical_passes(geo, g, frag, want))
+    return out
+
+
+def _scatter(mask: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """(H, W, C) float32 with ``values`` (N, C) at the covered pixels, 0 elsewhere."""
+    img = np.zeros(mask.shape + values.shape[1:], np.float32)
+    img[mask] = values
+    return img
+
+
+def shadow_resolution(cam) -> int:
+    """Shadow-map side for a frame: two texels per image pixel across, 256..2048."""
+    return int(np.clip(2 * max(cam.width, cam.height), 256, 2048))
+
+
+def _canonical_passes(geo: ShotGeometry, g: FrameGeometry, frag: Fragments,
+                      want: set[str]) -> dict[str, np.ndarray]:
+    """rest_position, uv, view_dir and light_visibility from the frame's fragments."""
+    from ..core.shadow import Light, light_visibility
+
+    out: dict[str, np.ndarray] = {}
+    cam, m = g.camera, frag.mask
+    t = frag.tri[m]
+    b = frag.bary[m].astype(np.float64)[:, :, None]
+    vid = geo.tris[t]
+    if want & {"rest_position", "uv"}:
+        surf = geo.surface_attributes()
+        if "rest_position" in want:
+            out["rest_position"] = _scatter(m, (b * surf.rest_positions[vid]).sum(axis=1))
+        if "uv" in want:
+            uv = (b * surf.corner_uvs[t]).sum(axis=1)
+            has = surf.has_uv[t]
+            out["uv"] = _scatter(m, np.concatenate([uv * has[:, None], has[:, None]], axis=1))
+    if not want & {"view_dir", "light_visibility"}:
+        return out
+    corners = g.positions[vid]  # (N, 3, 3) world
+    p = (b * corners).sum(axis=1)
+    eye = cam.world[:3, 3]
+    if cam.ortho:
+        view = np.broadcast_to(cam.world[:3, 2] / np.linalg.norm(cam.world[:3, 2]), p.shape)
+    else:
+        view = eye - p
+        view = view / np.maximum(np.linalg.norm(view, axis=1), 1e-12)[:, None]
+    if "view_dir" in want:
+        out["view_dir"] = _scatter(m, view)
+    if "light_visibility" in want:
+        # The triangle's own normal, turned to the side the camera sees.
+        ng = np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0])
+        ng /= np.maximum(np.linalg.norm(ng, axis=1), 1e-30)[:, None]
+        ng *= np.where(np.einsum("ij,ij->i", ng, view) < 0, -1.0, 1.0)[:, None]
+        lights = [Light(li.type, li.position, li.direction) for li in g.lights]
+        vis = np.zeros((len(p), MAX_LIGHTS), np.float32)
+        vis[:, :len(lights)] = light_visibility(p, ng, g.positions, geo.tris, lights,
+                                                shadow_resolution(cam))
+        out["light_visibility"] = _scatter(m, vis)
     return out
 
 
 def _cycles_frames(scene, frames: list[int], opts: PassOptions) -> Iterator[tuple[int, dict]]:
     from .cycles_passes import render_cycles_frames
 
+    want = set(opts.passes)
+    extras = set()
+    if want & {"view_dir", "light_visibility"}:
+        extras.add("position")
+    if want & {"rest_position", "uv"}:
+        extras.add("canonical")
     for f, p in render_cycles_frames(scene, frames, opts.width, opts.height,
-                                     want_beauty="beauty" in opts.passes):
+                                     want_beauty="beauty" in opts.passes, extras=extras):
         out = {"depth": p["depth"], "mask": p["mask"] > 0.5, "normal": p["normal_camera"],
-               "motion": np.concatenate([p["flow_prev"], p["flow_next"]], axis=-1)}
-        if "beauty" in p:
-            out["beauty"] = p["beauty"]
+               "motion": np.concatenate([p["flow_prev"], p["flow_next"]], axis=-1),
+               "normal_world": p["normal_world"]}
+        for key in ("beauty", "position", "rest_position", "uv"):
+            if key in p:
+                out[key] = p[key]
         yield f, out
 
 
+def _cycles_canonical(scene: bpy.types.Scene, g: FrameGeometry, arrays: dict,
+                      want: set[str]) -> None:
+    """view_dir and light_visibility of a Cycles frame, from its Position pass (the
+    light visibility ray-traced: see ``cycles_passes.ray_light_visibility``)."""
+    from .cycles_passes import ray_light_visibility
+
+    cam, m = g.camera, arrays["mask"]
+    pos = arrays.pop("position", None)
+    if pos is None:
+        return
+    if "view_dir" in want:
+        if cam.ortho:
+            view = np.broadcast_to(cam.world[:3, 2] / np.linalg.norm(cam.world[:3, 2]),
+                                   pos.shape)
+        else:
+            view = cam.world[:3, 3] - pos.astype(np.float64)
+            view = view / np.maximum(np.linalg.norm(view, axis=-1, keepdims=True), 1e-12)
+        arrays["view_dir"] = np.where(m[..., None], view, 0.0).astype(np.float32)
+    if "light_visibility" in want:
+        vis = np.zeros(m.shape + (MAX_LIGHTS,), np.float32)
+        vis[..., :len(g.lights)] = ray_light_visibility(scene, pos, m, cam, g.lights)
+        arrays["light_visibility"] = vis
+
+
 def _write_frame(out: Path, f: int, arrays: dict, opts: PassOptions, near: float, far: float,
-                 g: FrameGeometry, skeleton: tuple[np.ndarray, dict] | None) -> None:
+                 g: FrameGeometry, skeleton: tuple[np.ndarray, dict] | None,
+                 rest_box: tuple[list, list] | None = None) -> None:
     from .image_io import write_exr, write_png
 
     name = f"{f:04d}"
@@ -286,6 +419,23 @@ def _write_frame(out: Path, f: int, arrays: dict, opts: PassOptions, near: float
         srgb = np.where(lin <= 0.0031308, lin * 12.92, 1.055 * np.power(lin, 1 / 2.4) - 0.055)
         img = np.concatenate([srgb, alpha], axis=-1)
         write_png(out / "beauty" / f"{name}.png", np.round(img * 255).astype(np.uint8))
+    if "rest_position" in want:
+        write_exr(out / "rest_position" / f"{name}.exr", arrays["rest_position"],
+                  ["X", "Y", "Z"])
+        write_png(out / "rest_position16" / f"{name}.png",
+                  encodings.rest_to_u16(arrays["rest_position"], arrays["mask"],
+                                        *(rest_box or _box_of(arrays["rest_position"]))))
+    if "uv" in want:
+        # R, G, B = u, v, has_uv (readers sort X/Y/Z-like names: R, G, B keep the order)
+        write_exr(out / "uv" / f"{name}.exr", arrays["uv"], ["R", "G", "B"])
+        write_png(out / "uv16" / f"{name}.png", encodings.uv_to_u16(arrays["uv"]))
+    if "normal_world" in want:
+        write_exr(out / "normal_world" / f"{name}.exr", arrays["normal_world"], ["X", "Y", "Z"])
+    if "view_dir" in want:
+        write_exr(out / "view_dir" / f"{name}.exr", arrays["view_dir"], ["X", "Y", "Z"])
+    if "light_visibility" in want:
+        write_exr(out / "light_visibility" / f"{name}.exr", arrays["light_visibility"],
+                  ["R", "G", "B", "A"])
     if "skeleton" in want:
         image, data, coco = skeleton if skeleton is not None else (
             np.zeros((opts.height, opts.width, 3), np.uint8), {"people": []}, {"people": []})
@@ -293,7 +443,13 @@ def _write_frame(out: Path, f: int, arrays: dict, opts: PassOptions, near: float
         write_json_atomic(out / "skeleton" / f"{name}.json", data)
         write_json_atomic(out / "skeleton_coco18" / f"{name}.json", coco)
     # The camera file goes last: it marks the frame complete (see frame_done).
-    write_json_atomic(out / "camera" / f"{name}.json", {"frame": f, "camera": g.camera.to_dict()})
+    write_json_atomic(out / "camera" / f"{name}.json",
+                      {"frame": f, "camera": g.camera.to_dict(),
+                       "lights": [li.to_dict() for li in g.lights]})
+
+
+def _box_of(rest: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return rest.reshape(-1, 3).min(axis=0), rest.reshape(-1, 3).max(axis=0)
 
 
 def skeleton_pass(g: FrameGeometry, depth: np.ndarray,
@@ -340,6 +496,8 @@ def _fast_iter(geo: ShotGeometry, opts: PassOptions, frames: list[int]
         arrays = fast_frame(geo, g, prev, nxt, want)
         return arrays, (skeleton_pass(g, arrays["depth"], geo.head_rest) if joints else None)
 
+    if want & {"rest_position", "uv"}:
+        geo.surface_attributes()  # read here: the worker thread may not call Blender
     cache: dict[int, FrameGeometry] = {}
     pending = None
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="painted-skin-passes") as pool:
@@ -377,6 +535,7 @@ def _cycles_iter(scene: bpy.types.Scene, geo: ShotGeometry, opts: PassOptions,
         _check_camera_outside(geo, g)
         if "parts" in want:
             arrays["parts"] = fast_frame(geo, g, None, None, {"parts"})["parts"]
+        _cycles_canonical(scene, g, arrays, want)
         skel = skeleton_pass(g, arrays["depth"], geo.head_rest) if joints else None
         yield f, g, arrays, skel
 
@@ -400,6 +559,8 @@ def make_passes(scene: bpy.types.Scene, opts: PassOptions, out: Path,
     geo = ShotGeometry(scene, opts.width, opts.height)
     want = set(opts.passes)
     warnings = list(geo.warnings) if "skeleton" in want else []
+    if "light_visibility" in want and geo.light_warning:
+        warnings.append(geo.light_warning)
     frame_now = scene.frame_current
     try:
         if opts.near is not None and opts.far is not None:
@@ -412,7 +573,8 @@ def make_passes(scene: bpy.types.Scene, opts: PassOptions, out: Path,
             else:
                 near, far = shot_depth_range(geo, range(scene.frame_start, scene.frame_end + 1))
         out.mkdir(parents=True, exist_ok=True)
-        _check_manifest(out, _manifest(opts, near, far, geo))
+        manifest = _manifest(opts, near, far, geo)
+        _check_manifest(out, manifest)
         if clean_temps:  # what a killed run left half-written, in our own folders
             remove_stale_temps([out / sub for sub in {"camera"} | {
                 sub for p in PASSES for sub, _ in FILES[p]}])
@@ -423,7 +585,7 @@ def make_passes(scene: bpy.types.Scene, opts: PassOptions, out: Path,
         for f, g, arrays, skel in iter_frames(scene, geo, opts, todo):
             if cancelled and cancelled():
                 break
-            _write_frame(out, f, arrays, opts, near, far, g, skel)
+            _write_frame(out, f, arrays, opts, near, far, g, skel, manifest.get("rest_box"))
             done += 1
             if progress:
                 progress(done, len(opts.frames), f)

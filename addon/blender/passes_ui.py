@@ -32,7 +32,23 @@ class PS_PassesSettings(bpy.types.PropertyGroup):
     use_mask: BoolProperty(name="Mask", default=True)
     use_parts: BoolProperty(name="Parts", default=True)
     use_motion: BoolProperty(name="Motion", default=True)
-    use_beauty: BoolProperty(name="Beauty", default=False)
+    use_beauty: BoolProperty(name="Beauty", default=False,
+                             description="Cycles' own render (needs the Cycles engine)")
+    use_rest_position: BoolProperty(
+        name="Rest Position", default=False,
+        description="Rest-pose position of the surface seen at each pixel (canonical "
+                    "coordinates a skin model paints from)")
+    use_uv: BoolProperty(name="UV", default=False,
+                         description="The surface's UV and whether its mesh has UVs")
+    use_normal_world: BoolProperty(name="World Normal", default=False,
+                                   description="World-space normals (lights are fixed in "
+                                               "the world while the camera moves)")
+    use_view_dir: BoolProperty(name="View Direction", default=False,
+                               description="World-space direction from the surface to the "
+                                           "camera")
+    use_light_visibility: BoolProperty(name="Light Visibility", default=False,
+                                       description="Per scene light (up to 4): whether the "
+                                                   "surface sees it (cast shadows)")
 
     def options(self, scene: bpy.types.Scene) -> PassOptions:
         chosen = tuple(p for p in PASSES if getattr(self, f"use_{p}", False))

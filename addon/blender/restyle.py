@@ -33,7 +33,13 @@ from ..core.backend_probe import no_python_message
 from .classes import register_classes, unregister_classes
 from .client import DEFAULT_URL, BackendClient, BackendError, BackendUnavailable, Result
 from .out_paths import PATH_OPTIONS, UnwritableOutput, output_folder
-from .passes import DEFAULT_PASSES, PassOptions, iter_frames, shot_depth_range
+from .passes import (
+    CANONICAL_PASSES,
+    DEFAULT_PASSES,
+    PassOptions,
+    iter_frames,
+    shot_depth_range,
+)
 from .preferences import PS_AddonPreferences, addon_package, preferences  # noqa: F401 (API)
 from .shot_geometry import ShotError, ShotGeometry
 
@@ -143,17 +149,37 @@ def wire_arrays(arrays: dict[str, np.ndarray], skeleton: tuple | None,
            "motion": np.ascontiguousarray(arrays["motion"], np.float16)}
     if "parts" in arrays:
         out["parts"] = np.ascontiguousarray(arrays["parts"], np.uint8)
+    for name in ("rest_position", "uv"):
+        if name in arrays:
+            out[name] = np.ascontiguousarray(arrays[name], np.float32)
+    for name in ("normal_world", "view_dir"):
+        if name in arrays:
+            out[name] = np.ascontiguousarray(arrays[name], np.float16)
+    if "light_visibility" in arrays:
+        lit = np.asarray(arrays["light_visibility"], np.float32) > 0.5
+        out["light_visibility"] = np.ascontiguousarray(lit.astype(np.uint8) * np.uint8(255))
     return out
 
 
+# Pipelines that paint from the canonical surface passes get them too (they cost ~130 ms
+# a 512² frame, so the others do not).
+PIPELINE_PASSES = {"skin": CANONICAL_PASSES}
+
+
+def wire_passes(pipeline: str) -> tuple[str, ...]:
+    """The passes a frame of ``pipeline`` carries."""
+    return DEFAULT_PASSES + PIPELINE_PASSES.get(pipeline, ())
+
+
 def shot_frames(scene: bpy.types.Scene, frames: list[int], width: int, height: int,
-                engine: str = "fast") -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+                engine: str = "fast", passes: tuple[str, ...] = DEFAULT_PASSES
+                ) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
     """(frame, wire arrays) for ``frames``, computed lazily one frame at a time."""
     if not frames:
         return
     geo = ShotGeometry(scene, width, height)
     opts = PassOptions(frames=range(min(frames), max(frames) + 1), width=width, height=height,
-                       engine=engine, passes=DEFAULT_PASSES)
+                       engine=engine, passes=passes)
     opts.validate()
     for f, _, arrays, skel in iter_frames(scene, geo, opts, frames):
         yield f, wire_arrays(arrays, skel, width, height)
@@ -256,7 +282,8 @@ def restyle_shot(scene: bpy.types.Scene, out_dir: str | Path, url: str = DEFAULT
     try:
         client.open(pipeline, width, height, prompt=prompt, negative_prompt=negative_prompt,
                     seed=seed, options=options, refs=refs)
-        run = client.run_shot(carry.remembering(shot_frames(scene, todo, width, height, engine)),
+        run = client.run_shot(carry.remembering(shot_frames(scene, todo, width, height, engine,
+                                                            wire_passes(pipeline))),
                               on_result, cancelled=cancelled, carry_for=carry,
                               primers_for=carry.primers)
         summary["dropped"] = run["dropped"]
@@ -580,12 +607,14 @@ class PS_OT_restyle(bpy.types.Operator):
                 return {"FINISHED"}
             self._client = BackendClient(backend_url(context), keys=_keys(context),
                                          on_dead=restart_local_if_dead)
-            self._client.open(args.pop("pipeline"), s.width, s.height, wait=False, **args)
+            pipeline = args.pop("pipeline")
+            self._client.open(pipeline, s.width, s.height, wait=False, **args)
             (self._out / RESTYLED).mkdir(parents=True, exist_ok=True)
             w, h = s.width, s.height
             carry = CarrySource(scene, self._out, w, h, options=args.get("options"),
                                 first=self._frames[0])
-            self._client.start_shot(carry.remembering(shot_frames(scene, todo, w, h)),
+            frames = shot_frames(scene, todo, w, h, passes=wire_passes(pipeline))
+            self._client.start_shot(carry.remembering(frames),
                                     lambda r: self._on_result(r, w, h), carry_for=carry,
                                     primers_for=carry.primers)
         except (ShotError, BackendError, UnwritableOutput, OSError) as e:

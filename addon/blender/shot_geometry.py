@@ -8,7 +8,9 @@ positions and normals, in the domain Blender keeps them in (FACTS.md: the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import bpy
 import numpy as np
@@ -56,6 +58,32 @@ def _read_normals(me) -> tuple[str, np.ndarray]:
     return domain, out.reshape(-1, 3)
 
 
+def render_uv_name(me) -> str | None:
+    """The UV map renderers use (the active render one), or None without UVs."""
+    layers = list(me.uv_layers)
+    if not layers:
+        return None
+    return next((u.name for u in layers if u.active_render), layers[0].name)
+
+
+@contextmanager
+def rest_position_attribute(objects: list[bpy.types.Object]) -> Iterator[None]:
+    """Have Blender evaluate the ``rest_position`` attribute on ``objects`` for the
+    duration, then put each object's flag back as it was (never left in a file)."""
+    saved = [(ob, getattr(ob, REST_FLAG)) for ob in objects if hasattr(ob, REST_FLAG)]
+    try:
+        for ob, was in saved:
+            if not was:
+                setattr(ob, REST_FLAG, True)
+        bpy.context.view_layer.update()
+        yield
+    finally:
+        for ob, was in saved:
+            if getattr(ob, REST_FLAG) != was:
+                setattr(ob, REST_FLAG, was)
+        bpy.context.view_layer.update()
+
+
 class ShotError(ValueError):
     """The shot cannot give passes; the message says why and what to do."""
 
@@ -66,6 +94,52 @@ class FrameGeometry:
     corner_normals: np.ndarray  # (T, 3, 3) float32 world, unit
     camera: object  # core.camera.Camera
     joints: dict | None  # canonical -> (head, tail, matrix) world, for the skeleton pass
+    lights: list[SceneLight] = field(default_factory=list)  # this frame's, manifest order
+
+
+@dataclass
+class SurfaceAttributes:
+    """What stays fixed to the skin over a shot, per vertex / triangle corner of
+    ``ShotGeometry.tris``: the canonical coordinates the neural renderer samples."""
+
+    rest_positions: np.ndarray  # (V, 3) float32 object space of each mesh's rest mesh
+    corner_uvs: np.ndarray  # (T, 3, 2) float32 active render UV map, 0 without one
+    has_uv: np.ndarray  # (T,) bool: the triangle's mesh has a UV map
+
+
+@dataclass
+class SceneLight:
+    """One scene light at one frame, world space."""
+
+    name: str
+    type: str  # SUN, POINT, SPOT, AREA
+    position: np.ndarray  # (3,) world
+    direction: np.ndarray  # (3,) unit, towards the light (a sun's light travels along -it)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "type": self.type,
+                "position": [float(x) for x in self.position],
+                "direction": [float(x) for x in self.direction]}
+
+
+#: Most lights the light_visibility pass carries (one channel each).
+MAX_LIGHTS = 4
+#: The object flag that makes Blender keep each vertex's position before shape keys
+#: and modifiers as the ``rest_position`` attribute through the modifier stack.
+REST_FLAG, REST_ATTRIBUTE = "add_rest_position_attribute", "rest_position"
+
+
+def scene_lights(scene: bpy.types.Scene) -> list[bpy.types.Object]:
+    """The lights that render, by name (a stable order every farm worker agrees on)."""
+    return sorted((o for o in scene.objects if o.type == "LIGHT" and not o.hide_render
+                   and o.visible_get()), key=lambda o: o.name)[:MAX_LIGHTS]
+
+
+def light_at(ob: bpy.types.Object) -> SceneLight:
+    mw = np.array(ob.matrix_world, np.float64)
+    z = mw[:3, 2]
+    return SceneLight(ob.name, ob.data.type, mw[:3, 3].copy(),
+                      z / max(float(np.linalg.norm(z)), 1e-12))
 
 
 def _render_meshes(scene: bpy.types.Scene) -> list[bpy.types.Object]:
@@ -115,6 +189,14 @@ class ShotGeometry:
         else:
             self.warnings.append("no armature deforms the meshes: the skeleton pass is skipped")
         self._read_topology()
+        self.lights = scene_lights(scene)
+        n_lights = len([o for o in scene.objects if o.type == "LIGHT" and not o.hide_render
+                        and o.visible_get()])
+        self.light_warning = None
+        if n_lights > MAX_LIGHTS:
+            self.light_warning = (f"the scene has {n_lights} lights: light_visibility carries "
+                                  f"the first {MAX_LIGHTS} by name")
+        self._surface: SurfaceAttributes | None = None
 
     def _evaluated(self, ob: bpy.types.Object):
         dg = bpy.context.evaluated_depsgraph_get()
@@ -158,6 +240,46 @@ class ShotGeometry:
         # the first surface a camera ray outside them meets, so the fast engine
         # skips them (about half the rasterising), with identical pictures.
         self.cullable = np.concatenate(cull)
+
+    def surface_attributes(self) -> SurfaceAttributes:
+        """Rest positions and UVs of every mesh, read once (on the thread that may call
+        Blender). Rest positions are Blender's own ``rest_position`` attribute: the
+        vertex before shape keys and modifiers, carried through the stack, so the same
+        skin point keeps it whatever the pose, corrective shape keys included; Cycles
+        reads the very same attribute (``cycles_passes``)."""
+        if self._surface is not None:
+            return self._surface
+        rest, uvs, has = [], [], []
+        with rest_position_attribute(self.objects):
+            for ob, counts, index in zip(self.objects, self.counts, self._normal_index,
+                                         strict=True):
+                ev = self._evaluated(ob)
+                me = ev.to_mesh()
+                try:
+                    if (len(me.vertices), len(me.polygons), len(me.loops)) != counts:
+                        raise ShotError(f"mesh {ob.name!r} changes its topology over the shot "
+                                        "(remesh/geometry nodes?): passes need fixed topology")
+                    r = np.empty(counts[0] * 3, np.float32)
+                    attr = me.attributes.get(REST_ATTRIBUTE)
+                    if attr is None or attr.data_type != "FLOAT_VECTOR" or attr.domain != "POINT":
+                        # A modifier that drops attributes: the undeformed mesh instead
+                        attr = me.attributes["position"]
+                    attr.data.foreach_get("vector", r)
+                    rest.append(r.reshape(-1, 3))
+                    uv = render_uv_name(me)
+                    corners = index["CORNER"]
+                    if uv is None:
+                        uvs.append(np.zeros(corners.shape + (2,), np.float32))
+                    else:
+                        buf = np.empty(counts[2] * 2, np.float32)
+                        me.attributes[uv].data.foreach_get("vector", buf)
+                        uvs.append(buf.reshape(-1, 2)[corners])
+                    has.append(np.full(len(corners), uv is not None))
+                finally:
+                    ev.to_mesh_clear()
+        self._surface = SurfaceAttributes(np.concatenate(rest), np.concatenate(uvs),
+                                          np.concatenate(has))
+        return self._surface
 
     def _vertex_parts(self, ob: bpy.types.Object, me) -> np.ndarray:
         """Part id per vertex from its dominant deforming bone's canonical joint."""
@@ -210,7 +332,8 @@ class ShotGeometry:
         corner_normals = np.concatenate(nrm)
         cam = camera_for(self.scene, width=self.width, height=self.height)
         joints = self._joints() if with_joints and self.bone_map else None
-        return FrameGeometry(positions, corner_normals, cam, joints)
+        return FrameGeometry(positions, corner_normals, cam, joints,
+                             [light_at(o) for o in self.lights])
 
     def _joints(self) -> dict:
         arm = self.armature

@@ -58,6 +58,29 @@ CONVENTIONS = {
                 "ControlNet-style drawing",
     "beauty": "Cycles Combined, un-premultiplied, 8-bit sRGB (Blender's Standard view, not "
               "the scene's view transform), straight alpha",
+    "rest_position": "EXR float32 X,Y,Z: the visible surface point's position in the object "
+                     "space of its mesh at rest (Blender's rest_position attribute: before "
+                     "shape keys and modifiers, so pose-invariant), metres, every mesh; "
+                     "0 where empty",
+    "rest_position16": "uint16 RGB PNG preview, per axis 1 + round(65534*(p-lo)/(hi-lo)) "
+                       "with the manifest's shot-fixed 'rest_box' [lo, hi]; 0 where empty",
+    "uv": "EXR float32 R,G,B = (u, v, has_uv): the active render UV map of the visible "
+          "mesh (v up, as Blender stores it), has_uv 1 where that mesh has a UV map; "
+          "0 where it has none or the pixel is empty",
+    "uv16": "uint16 RGB PNG preview: R,G = 1 + round(65534*clip(u or v, 0, 1)), B = 65535 "
+            "where has_uv; 0 where empty or without UVs",
+    "normal_world": "EXR float32 X,Y,Z world-space unit normals (Z up); 0 where empty",
+    "view_dir": "EXR float32 X,Y,Z world-space unit vector from the surface point towards "
+                "the camera (orthographic: the camera's backward axis); 0 where empty",
+    "light_visibility": "EXR float32 R,G,B,A: per light of the manifest's 'lights' (in that "
+                        "order, up to 4, unused channels 0) 1 where the segment from the "
+                        "visible side of the surface point to the light meets no geometry "
+                        "(a side facing away from the light never sees it), else 0; 0 where "
+                        "empty. Fast engine: shadow maps (errors within ~a shadow-map texel "
+                        "of shadow edges); cycles engine: ray traced (exact)",
+    "lights": "per light: name, type (SUN, POINT, SPOT, AREA), world position, and world "
+              "direction towards the light (a sun's light travels along -direction); "
+              "the manifest gives them at the scene's first frame, camera/####.json per frame",
 }
 
 
@@ -95,3 +118,26 @@ def normal_to_color(normal_cam: np.ndarray, mask: np.ndarray) -> np.ndarray:
 def parts_to_color(parts: np.ndarray) -> np.ndarray:
     """Part-id image -> RGB preview with the fixed palette."""
     return PART_COLORS[np.clip(parts, 0, len(PART_COLORS) - 1)]
+
+
+def rest_to_u16(rest: np.ndarray, mask: np.ndarray, lo: np.ndarray, hi: np.ndarray
+                ) -> np.ndarray:
+    """Rest positions (H, W, 3) -> uint16 RGB preview over the shot's box [lo, hi];
+    0 where ``mask`` is False."""
+    lo = np.asarray(lo, np.float64)
+    span = np.maximum(np.asarray(hi, np.float64) - lo, 1e-12)
+    d = np.clip((rest - lo) / span, 0.0, 1.0)
+    out = np.round(1 + d * 65534).astype(np.uint16)
+    out[~mask] = 0
+    return out
+
+
+def uv_to_u16(uv: np.ndarray) -> np.ndarray:
+    """(u, v, has_uv) (H, W, 3) -> uint16 RGB preview: u, v in 1..65535 (clipped to
+    [0, 1]), blue 65535 where the mesh has UVs; 0 without UVs or where empty."""
+    has = uv[..., 2] > 0.5
+    out = np.zeros(uv.shape, np.uint16)
+    out[..., :2] = np.round(1 + np.clip(uv[..., :2], 0.0, 1.0) * 65534).astype(np.uint16)
+    out[..., 2] = 65535
+    out[~has] = 0
+    return out
