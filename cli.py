@@ -429,10 +429,21 @@ def build_parser() -> argparse.ArgumentParser:
     rs.set_defaults(func=cmd_restyle)
 
     from .backend.commands import add_commands
-    from .backend.diffusion.engine_cli import add_commands as add_engine_commands
 
     add_commands(sub)  # serve, broker, keys
-    add_engine_commands(sub)  # export-onnx
+    # The Blender extension ships neither the diffusion nor the evaluation code.
+    if _have(".backend.diffusion.engine_cli"):
+        from .backend.diffusion.engine_cli import add_commands as add_engine_commands
+
+        add_engine_commands(sub)  # export-onnx
+    if _have(".backend.evaluate.score"):
+        from .backend.evaluate.score import add_arguments as add_score_arguments
+        from .backend.evaluate.score import run as run_score
+
+        sc = sub.add_parser("score", help="masked PSNR/SSIM/FLIP and warping error of frames "
+                                          "against a reference sequence")
+        add_score_arguments(sc)
+        sc.set_defaults(func=run_score)
 
     b = sub.add_parser("bench", help="speed benchmarks (ratio against a baseline in one run)")
     b.add_argument("what", choices=("retarget", "passes", "transport", "diffusion"))
@@ -440,6 +451,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="frames (retarget: 2400, passes: 24, transport: 48)")
     b.set_defaults(func=cmd_bench)
     return p
+
+
+def _have(module: str) -> bool:
+    """Whether the package holds ``module`` (relative to it)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module, __package__) is not None
+    except ModuleNotFoundError:
+        return False
 
 
 def main(argv: list[str] | None = None) -> int:
