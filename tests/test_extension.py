@@ -29,7 +29,8 @@ FORBIDDEN_FILES = ("Makefile", "pyproject.toml")
 # Lazy imports that only the command line reaches (``painted-skin bench``), never Blender.
 CLI_ONLY_IMPORTS = {("cli.py", "bench.retarget"), ("cli.py", "bench.passes"),
                     ("cli.py", "bench.diffusion"),
-                    ("cli.py", "bench.transport"), ("cli.py", "backend.diffusion.engine_cli")}
+                    ("cli.py", "bench.transport"), ("cli.py", "backend.diffusion.engine_cli"),
+                    ("cli.py", "backend.evaluate.score")}
 # Backend code the zip leaves out (torch, onnxruntime), reached only from the factories of
 # pipelines whose ``available()`` is False there.
 BACKEND_ONLY = ("backend/pipelines/diffusion.py", "backend/pipelines/skin.py")

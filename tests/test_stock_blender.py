@@ -98,6 +98,8 @@ out["panels"] = sorted(n for n in ("PS_PT_retarget", "PS_PT_passes", "PS_PT_rest
 out["restyle_module"] = bpy.types.PS_PT_restyle.__module__
 import zmq
 out["zmq_file"] = zmq.__file__
+cli = importlib.import_module(pkg + ".cli")
+out["cli"] = sorted(cli.build_parser()._subparsers._group_actions[0].choices)
 api = importlib.import_module(pkg + ".api")
 out["api"] = {n: getattr(api, n).__module__ for n in api.__all__}
 character = importlib.import_module(pkg + ".rigs.character")
@@ -179,6 +181,7 @@ def test_zip_installs_and_runs_end_to_end_in_a_bpy_only_python(linux_zip, tmp_pa
     assert out["restyle_module"] == f"{PKG}.addon.blender.restyle"
     assert Path(out["zmq_file"]).is_relative_to(res), out["zmq_file"]  # the bundled wheel
     assert {"retarget_clip", "make_passes", "restyle_shot"} <= set(out["api"])
+    assert {"retarget", "passes", "restyle", "serve", "broker"} <= set(out["cli"])
     assert all(m.startswith(PKG + ".") for m in out["api"].values()), out["api"]
     assert out["detect"] == out["retarget"] == ["FINISHED"] and out["action"] == "walk"
     assert out["passes"] == ["FINISHED"]

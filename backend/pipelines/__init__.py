@@ -21,6 +21,7 @@ Issue 5 adds the diffusion pipelines here; the backend never imports bpy.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -99,6 +100,15 @@ def _register_builtin() -> None:
     from .echo import EchoPipeline
 
     register("echo", lambda options, device: EchoPipeline(device))
+    # The skin model's code (numpy + onnxruntime to serve) is absent from the Blender
+    # extension, which ships only the echo backend.
+    if importlib.util.find_spec(__package__.rsplit(".", 1)[0] + ".skin") is not None:
+        from .skin import LOAD_KEYS as SKIN_KEYS
+        from .skin import check as skin_check
+        from .skin import skin_factory
+
+        register("skin", skin_factory, load_keys=SKIN_KEYS, size_multiple=4,
+                 check=skin_check, load_defaults={"model": "demo"})
     from . import diffusion  # noqa: F401  (sd15-controlnet, when torch and diffusers import)
 
 

@@ -1,0 +1,100 @@
+"""The ``skin`` pipeline: a character's own skin model paints its passes (no torch).
+
+Options::
+
+    model: "demo"        a name of the skin-model registry (backend.skin.registry:
+                         $PAINTED_SKIN_SKIN_MODELS or the example beside it; a client
+                         cannot make the backend read a path of its choosing)
+    character: {...}     the scene character's fingerprint (mesh names, vertex counts):
+                         a model trained for another character is refused on OPEN
+    temporal: true|false with a temporal model (default true): feed the previous
+                         output warped by the motion pass; false paints every frame fresh
+
+A temporal model keeps the previous frame's output and depth in the session
+state; a client that resumes a shot carries them back (``carry_rgb``,
+``carry_depth``) and the chain continues exactly as if uninterrupted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..skin import features, registry, runtime
+from . import Cancelled, StepCallback
+
+LOAD_KEYS = ("model",)
+
+
+def _folder(options: dict[str, Any]):
+    return registry.resolve(options.get("model", registry.DEFAULT_MODEL))
+
+
+def check(options: dict[str, Any]) -> list[str]:
+    """What keeps ``options`` from serving (empty when they can): told on OPEN."""
+    for key in ("path", "registry", "folder"):
+        if key in options:
+            return [f"option {key!r} is not accepted from clients: name a model of the "
+                    f"registry (set {registry.ENV} where the backend runs)"]
+    character = options.get("character")
+    if character is not None and not isinstance(character, dict):
+        return ["option 'character' must be the character's fingerprint (an object)"]
+    temporal = options.get("temporal")
+    if temporal not in (None, True, False):
+        return [f"temporal {temporal!r} must be true or false"]
+    try:
+        folder = _folder(options)
+        cfg = runtime.read_config(folder)
+        runtime.check_fingerprint(cfg, character, folder)
+    except ValueError as e:
+        return [str(e)]
+    if temporal is True and not cfg.get("temporal"):
+        return [f"skin model {options.get('model', registry.DEFAULT_MODEL)!r} was trained "
+                "without the temporal input: retrain it with --temporal, or drop 'temporal'"]
+    return []
+
+
+class SkinPipeline:
+    """``__call__`` as in :mod:`painted_skin.backend.pipelines`."""
+
+    name = "skin"
+
+    def __init__(self, options: dict[str, Any], device: str = "cpu") -> None:
+        folder = _folder(options)
+        self.model = runtime.load_model(folder, options.get("character"), device)
+        # the server keeps a session state (and skips its cache) only for stateful pipelines
+        self.stateful = self.model.temporal
+
+    def _previous(self, passes: dict[str, np.ndarray], options: dict[str, Any],
+                  frame: int | None, state: dict[str, Any] | None, shape: tuple[int, int]
+                  ) -> tuple[np.ndarray, np.ndarray] | None:
+        if (not self.stateful or state is None or frame is None
+                or options.get("temporal", True) is False):
+            return None
+        prev, depth = state.get("rgb"), state.get("depth")
+        if (state.get("frame") != frame - 1 or prev is None or depth is None
+                or prev.shape != shape + (3,) or "motion" not in passes):
+            return None
+        return features.warp_previous_output(prev, passes["motion"], passes["depth"], depth)
+
+    def __call__(self, passes: dict[str, np.ndarray], *, prompt: str = "",
+                 negative_prompt: str = "", seed: int = 0, width: int, height: int,
+                 refs: list[np.ndarray] | None = None, options: dict[str, Any] | None = None,
+                 callback: StepCallback | None = None, frame: int | None = None,
+                 state: dict[str, Any] | None = None) -> np.ndarray:
+        options = options or {}
+        if "mask" in passes and np.asarray(passes["mask"]).shape[:2] != (height, width):
+            raise features.FeatureError(f"passes are {list(passes['mask'].shape[:2])}, the "
+                                        f"session {height}x{width}: send passes of its size")
+        prev = self._previous(passes, options, frame, state, (height, width))
+        rgb = self.model.render(passes, prev, seed)
+        if callback is not None and not callback(1, 1):
+            raise Cancelled("cancelled at step 1/1")
+        if state is not None and self.stateful:
+            state.update(frame=frame, rgb=rgb, depth=np.array(passes["depth"], np.float32))
+        return rgb
+
+
+def skin_factory(options: dict[str, Any], device: str) -> SkinPipeline:
+    return SkinPipeline(options, device)

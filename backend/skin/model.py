@@ -1,0 +1,200 @@
+"""The skin network (torch): learned textures sampled at the surface + a small U-Net.
+
+- A **neural texture pyramid** (Thies et al. 2019): ``tex_channels`` features at
+  several resolutions (256² ... 32²), each sampled bilinearly at the pixel's UV
+  and summed, so coarse levels learn smooth colour fast and fine levels detail.
+- A **3-D feature grid pyramid** over the rest-pose box, sampled trilinearly at
+  the rest position: the same idea for meshes without UVs (``has_uv`` = 0 there).
+- A **U-Net** without normalisation layers (statistics over a training crop would
+  differ from a whole frame's) renders the features with the conditioning inputs.
+
+Heads: ``regressor`` maps features to the image in one step; ``diffusion`` also
+takes a noisy image and its time and predicts the clean image (x0) for a few
+DDIM steps (:mod:`.sampling`). Everything exports to ONNX (GridSample, opset 20).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import features
+
+DEFAULTS: dict[str, Any] = {
+    "tex_channels": 16, "tex_sizes": [256, 128, 64, 32], "grid_sizes": [32, 16, 8],
+    "unet": [32, 64, 128], "head": "regressor", "use_texture": True, "diffusion_steps": 4,
+}
+HEADS = ("regressor", "diffusion")
+
+
+def model_config(lay: list[list], bounds: list[list[float]], **overrides: Any) -> dict[str, Any]:
+    """The network's config (what :class:`SkinNet` and a runtime need): defaults,
+    ``overrides``, the input layout and the rest-pose box."""
+    unknown = sorted(set(overrides) - set(DEFAULTS))
+    if unknown:
+        raise ValueError(f"unknown model option(s) {', '.join(unknown)}; "
+                         f"known: {', '.join(DEFAULTS)}")
+    cfg = {**DEFAULTS, **overrides, "layout": lay, "rest_bounds": bounds}
+    if cfg["head"] not in HEADS:
+        raise ValueError(f"head {cfg['head']!r} must be one of {', '.join(HEADS)}")
+    return cfg
+
+
+def _block(cin: int, cout: int) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.SiLU(),
+                         nn.Conv2d(cout, cout, 3, padding=1), nn.SiLU())
+
+
+class UNet(nn.Module):
+    """Conv blocks, average-pool down, nearest up, skip concatenation."""
+
+    def __init__(self, cin: int, widths: list[int], cout: int = 3) -> None:
+        super().__init__()
+        self.down = nn.ModuleList()
+        c = cin
+        for w in widths:
+            self.down.append(_block(c, w))
+            c = w
+        self.up = nn.ModuleList(_block(widths[i + 1] + widths[i], widths[i])
+                                for i in reversed(range(len(widths) - 1)))
+        self.out = nn.Conv2d(widths[0], cout, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        skips = []
+        for i, blk in enumerate(self.down):
+            if i:
+                x = F.avg_pool2d(x, 2)
+            x = blk(x)
+            skips.append(x)
+        for blk, skip in zip(self.up, reversed(skips[:-1]), strict=True):
+            x = F.interpolate(x, scale_factor=2.0, mode="nearest")
+            x = blk(torch.cat([x, skip], 1))
+        return self.out(x)
+
+
+class SkinNet(nn.Module):
+    """``forward(x)`` (regressor) or ``forward(x, x_t, t)`` (diffusion): ``x`` the
+    (N, C, H, W) features of :func:`features.frame_features` (H, W multiples of
+    ``2 ** (len(unet) - 1)``); returns the image in [0, 1] units (regressor) or
+    the clean-image prediction in [-1, 1] (diffusion)."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        super().__init__()
+        self.cfg = cfg
+        ch = int(cfg["tex_channels"])
+        self.use_texture = bool(cfg["use_texture"])
+        self.diffusion = cfg["head"] == "diffusion"
+        self.cond_ch = features.channels(cfg["layout"]) - 6
+        if self.use_texture:
+            self.tex = nn.ParameterList(nn.Parameter(torch.randn(1, ch, s, s) * 0.01)
+                                        for s in cfg["tex_sizes"])
+            self.grid = nn.ParameterList(nn.Parameter(torch.randn(1, ch, s, s, s) * 0.01)
+                                         for s in cfg["grid_sizes"])
+        cin = self.cond_ch + (ch if self.use_texture else 0) + (4 if self.diffusion else 0)
+        self.unet = UNet(cin, list(cfg["unet"]))
+
+    def surface_features(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, tex_channels, H, W): the neural texture at the UV where ``has_uv``,
+        else the 3-D grid at the rest position (0 off the character)."""
+        uv = x[:, 0:2].permute(0, 2, 3, 1) * 2.0 - 1.0
+        has_uv = x[:, 2:3]
+        rest = x[:, 3:6].permute(0, 2, 3, 1).unsqueeze(1)
+        n = x.shape[0]
+        tex = sum(F.grid_sample(t.expand(n, -1, -1, -1), uv, mode="bilinear",
+                                padding_mode="border", align_corners=False) for t in self.tex)
+        grid = sum(F.grid_sample(g.expand(n, -1, -1, -1, -1), rest, mode="bilinear",
+                                 padding_mode="border", align_corners=False)[:, :, 0]
+                   for g in self.grid)
+        mask = x[:, 6 + self._mask_index():7 + self._mask_index()]
+        return has_uv * tex + (1.0 - has_uv) * mask * grid
+
+    def _mask_index(self) -> int:
+        c = 0
+        for name, n in self.cfg["layout"][2:]:
+            if name == "mask":
+                return c
+            c += int(n)
+        raise ValueError("the skin model's layout has no mask channel")
+
+    def forward(self, x: torch.Tensor, x_t: torch.Tensor | None = None,
+                t: torch.Tensor | None = None) -> torch.Tensor:
+        parts = [x[:, 6:]]
+        if self.use_texture:
+            parts.insert(0, self.surface_features(x))
+        if self.diffusion:
+            if x_t is None or t is None:
+                raise ValueError("the diffusion head needs x_t and t")
+            parts += [x_t, t.reshape(-1, 1, 1, 1).expand(-1, 1, x.shape[2], x.shape[3])]
+        out = self.unet(torch.cat(parts, 1))
+        return out if self.diffusion else out + 0.5
+
+    def param_groups(self, lr_texture: float, lr_net: float) -> list[dict[str, Any]]:
+        """AdamW groups: the textures learn faster than the U-Net (DNR's recipe)."""
+        tex = list(self.tex) + list(self.grid) if self.use_texture else []
+        ids = {id(p) for p in tex}
+        rest = [p for p in self.parameters() if id(p) not in ids]
+        groups = [{"params": rest, "lr": lr_net, "weight_decay": 1e-4}]
+        if tex:
+            groups.append({"params": tex, "lr": lr_texture, "weight_decay": 0.0})
+        return groups
+
+
+def _gauss(size: int = 7, sigma: float = 1.5) -> torch.Tensor:
+    g = torch.exp(-((torch.arange(size) - size // 2) ** 2) / (2 * sigma * sigma))
+    g = g / g.sum()
+    return (g[:, None] * g[None, :])[None, None].repeat(3, 1, 1, 1)
+
+
+def ssim_map(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Per-pixel SSIM (N, 3, H, W) of images in [0, 1] (Wang et al. 2004, 7×7 Gaussian)."""
+    w = _gauss().to(a)
+    pad = 3
+
+    def blur(z: torch.Tensor) -> torch.Tensor:
+        return F.conv2d(F.pad(z, [pad] * 4, mode="replicate"), w, groups=3)
+
+    mu_a, mu_b = blur(a), blur(b)
+    va = blur(a * a) - mu_a ** 2
+    vb = blur(b * b) - mu_b ** 2
+    cov = blur(a * b) - mu_a * mu_b
+    c1, c2 = 0.01 ** 2, 0.03 ** 2
+    return ((2 * mu_a * mu_b + c1) * (2 * cov + c2)) / ((mu_a ** 2 + mu_b ** 2 + c1)
+                                                        * (va + vb + c2))
+
+
+# parts grouped for the mapping losses (addon.core.encodings.PARTS ids)
+PART_GROUPS = {"skin": [1, 7, 8], "clothes": [2, 3, 4, 5, 6, 9, 10, 11, 12, 13, 14],
+               "accessory": [15]}
+
+
+def reconstruction_loss(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor,
+                        parts: torch.Tensor | None = None, ssim_weight: float = 0.2,
+                        group_weights: dict[str, float] | None = None) -> torch.Tensor:
+    """Masked L1 + ``ssim_weight`` · (1 − SSIM) on the character (images in [0, 1];
+    the background is taken from the target so it costs nothing).
+
+    With ``group_weights`` (the mapping losses), the loss is the weighted mean of
+    the loss inside each part group present (:data:`PART_GROUPS`): a small region
+    such as the accessory weighs as its weight says, not by its pixel count."""
+    m = mask.float()
+    pred_m = pred * m + target * (1 - m)
+    per_pixel = (pred - target).abs().mean(1, keepdim=True)
+    if ssim_weight:
+        per_pixel = per_pixel + ssim_weight * (1 - ssim_map(pred_m, target)).mean(1, keepdim=True)
+    if not group_weights or parts is None:
+        return (per_pixel * m).sum() / m.sum().clamp_min(1.0)
+    total = pred.new_zeros(())
+    weight = pred.new_zeros(())
+    for name, w in group_weights.items():
+        g = torch.zeros_like(m)
+        for pid in PART_GROUPS[name]:
+            g = g + (parts == pid).float()
+        g = g * m
+        n = g.sum()
+        if n > 0:
+            total = total + w * (per_pixel * g).sum() / n
+            weight = weight + w
+    return total / weight.clamp_min(1e-8)

@@ -1,0 +1,132 @@
+"""Load a skin model folder and render frames with onnxruntime (numpy only, no torch).
+
+:func:`load_model` checks everything a shot relies on before the first frame:
+the folder's files, its format version, and that it was trained for this
+character (the fingerprint the caller gives). Each problem is one line naming
+the fix (:class:`ModelFolderError`, a ValueError).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import FORMAT_VERSION, features, sampling
+
+CONFIG, REPORT = "config.json", "report.json"
+TRAIN_HINT = ("train one with `python -m painted_skin.backend.skin.train --frames DIR "
+              "--out FOLDER` (--synthetic 400 instead of --frames: a demo on generated frames)")
+
+
+class ModelFolderError(ValueError):
+    """A model folder that cannot be used; the message names the fix."""
+
+
+def read_config(folder: str | os.PathLike) -> dict[str, Any]:
+    """The folder's config, checked for version and files (not the character)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ModelFolderError(f"skin model folder {str(folder)!r} does not exist: {TRAIN_HINT}")
+    cfg_path = folder / CONFIG
+    if not cfg_path.is_file():
+        raise ModelFolderError(f"skin model folder {str(folder)!r} has no {CONFIG}: it is not "
+                               f"a model folder (or half-copied); {TRAIN_HINT}")
+    try:
+        cfg = json.loads(cfg_path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ModelFolderError(f"{cfg_path} is unreadable ({e}): re-export the model") from None
+    version = cfg.get("format_version") if isinstance(cfg, dict) else None
+    if version != FORMAT_VERSION:
+        raise ModelFolderError(f"skin model {str(folder)!r} has format version {version!r}, "
+                               f"this backend reads version {FORMAT_VERSION}: retrain or "
+                               "re-export it with this version")
+    graph = folder / str(cfg.get("graph", "model.onnx"))
+    if not graph.is_file():
+        raise ModelFolderError(f"skin model {str(folder)!r} lacks {graph.name}: copy the whole "
+                               "folder, or re-export it")
+    return cfg
+
+
+def check_fingerprint(cfg: dict[str, Any], fingerprint: dict[str, Any] | None,
+                      folder: str | os.PathLike) -> None:
+    """Refuse a model trained for another character (any key both give that differs)."""
+    if fingerprint is None:
+        return
+    mine = cfg.get("fingerprint") or {}
+    diff = sorted(k for k in set(mine) & set(fingerprint) if mine[k] != fingerprint[k])
+    if diff or not set(mine) & set(fingerprint):
+        what = ", ".join(f"{k}: model {mine.get(k)!r} vs scene {fingerprint.get(k)!r}"
+                         for k in (diff or sorted(set(mine) | set(fingerprint))))
+        raise ModelFolderError(f"skin model {str(folder)!r} was trained for another character "
+                               f"({what}): train a model for this character or pick its own")
+
+
+class SkinModel:
+    """A loaded model folder: ``render(passes, ...)`` -> uint8 (H, W, 3)."""
+
+    def __init__(self, folder: str | os.PathLike, fingerprint: dict[str, Any] | None = None,
+                 device: str = "cpu", threads: int | None = None) -> None:
+        import onnxruntime as ort
+
+        self.folder = Path(folder)
+        self.config = read_config(self.folder)
+        check_fingerprint(self.config, fingerprint, self.folder)
+        self.layout = self.config["layout"]
+        self.bounds = self.config["rest_bounds"]
+        self.temporal = bool(self.config.get("temporal"))
+        self.multiple = int(self.config.get("size_multiple", 1))
+        so = ort.SessionOptions()
+        if threads:
+            so.intra_op_num_threads = int(threads)
+        providers = ["CPUExecutionProvider"]
+        if device.startswith("cuda") and "CUDAExecutionProvider" in ort.get_available_providers():
+            providers.insert(0, "CUDAExecutionProvider")
+        self.session = ort.InferenceSession(str(self.folder / self.config["graph"]), so,
+                                            providers=providers)
+
+    def check_passes(self, passes: dict[str, np.ndarray]) -> None:
+        missing = [p for p in self.config.get("required_passes", []) if p not in passes
+                   and not (p == "motion" and self.temporal)]
+        if missing:
+            raise features.FeatureError(f"the skin model needs pass(es) {', '.join(missing)}: "
+                                        "enable them in the render passes")
+        h, w = np.asarray(passes["mask"]).shape[:2]
+        if h % self.multiple or w % self.multiple:
+            raise features.FeatureError(f"frame size {w}x{h} must be a multiple of "
+                                        f"{self.multiple} for this skin model")
+
+    def render(self, passes: dict[str, np.ndarray],
+               previous: tuple[np.ndarray, np.ndarray] | None = None,
+               seed: int = 0) -> np.ndarray:
+        """One frame. ``previous``: the warped previous output and its validity
+        (:func:`features.warp_previous_output`) for a temporal model, else None.
+        ``seed``: the diffusion head's starting noise."""
+        self.check_passes(passes)
+        x = features.frame_features(passes, self.layout, self.bounds,
+                                    previous if self.temporal else None)[None]
+        if self.config["head"] == "diffusion":
+            noise = np.random.default_rng(seed).standard_normal((1, 3) + x.shape[2:])
+
+            def f(x_t: np.ndarray, t: float) -> np.ndarray:
+                feeds = {"features": x, "x_t": x_t.astype(np.float32),
+                         "t": np.full((1,), t, np.float32)}
+                return self.session.run(None, feeds)[0]
+
+            out = (sampling.ddim_sample(f, noise, int(self.config["diffusion_steps"])) + 1) / 2
+        else:
+            out = self.session.run(None, {"features": x})[0]
+        return np.clip(np.rint(np.moveaxis(out[0], 0, -1) * 255), 0, 255).astype(np.uint8)
+
+    def report(self) -> dict[str, Any]:
+        p = self.folder / REPORT
+        return json.loads(p.read_text()) if p.is_file() else {}
+
+
+def load_model(folder: str | os.PathLike, fingerprint: dict[str, Any] | None = None,
+               device: str = "cpu", threads: int | None = None) -> SkinModel:
+    """Load and check a model folder (raises :class:`ModelFolderError`)."""
+    return SkinModel(folder, fingerprint, device, threads)

@@ -1,0 +1,422 @@
+"""Training the skin model by self-reconstruction of a character's renders (torch).
+
+A dataset is any sequence of frames ``(passes dict, target RGB uint8 (H, W, 3))``.
+Each step draws a batch of random crops centred on character pixels. Every
+random choice of step ``s`` comes from generators seeded by ``(seed, s)``, so a
+run resumed from a checkpoint draws exactly the batches the uninterrupted run
+would have, and ends with the same weights. Ctrl-C (SIGINT) is noticed between
+steps: the step in progress completes, a checkpoint is written (temp file +
+``os.replace``), and :func:`train` returns with ``interrupted`` set.
+
+Temporal training (``temporal=True``): each frame's input also holds the previous
+frame's *target*, corrupted by noise and warped by the motion pass (dropped now
+and then, as at a shot's first frame), so at inference the network copes with
+its own slightly wrong previous outputs (autoregressive) instead of drifting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ...addon.core.atomic import temp_file_for
+from . import features, sampling
+from .model import SkinNet, model_config, reconstruction_loss, ssim_map
+
+Frame = tuple[dict[str, np.ndarray], np.ndarray]
+
+
+class TrainError(ValueError):
+    """A training run cannot start or resume; the message names the fix."""
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """What decides a run's weights (besides the data); ``minutes``,
+    ``checkpoint*`` and ``progress`` do not (a resumed run may change them)."""
+
+    seed: int = 0
+    steps: int = 2000  # the cosine schedule's length
+    batch: int = 16
+    crop: int = 64
+    lr_texture: float = 2e-3
+    lr_net: float = 5e-4
+    ssim_weight: float = 0.2
+    group_weights: dict[str, float] | None = None  # the mapping losses (model.PART_GROUPS)
+    temporal: bool = False
+    temporal_noise: float = 0.04
+    temporal_drop: float = 0.25
+    inputs: tuple[str, ...] = features.DEFAULT_INPUTS
+    model: dict[str, Any] = dataclasses.field(default_factory=dict)  # model.DEFAULTS overrides
+    device: str = "cpu"
+    minutes: float | None = None
+    checkpoint: str | None = None
+    checkpoint_every: int = 200
+    progress: bool = True
+
+    def fixed(self) -> dict[str, Any]:
+        """The fields a resumed run must share with the run it continues."""
+        d = dataclasses.asdict(self)
+        for k in ("minutes", "checkpoint", "checkpoint_every", "progress", "device"):
+            d.pop(k)
+        d["inputs"] = list(d["inputs"])
+        return d
+
+
+@dataclasses.dataclass
+class TrainResult:
+    net: SkinNet
+    model_cfg: dict[str, Any]
+    report: dict[str, Any]
+    interrupted: bool = False
+
+
+def _crop_box(mask: np.ndarray, crop: int, rng: np.random.Generator) -> tuple[int, int]:
+    h, w = mask.shape
+    ys, xs = np.nonzero(mask)
+    if len(ys) == 0:
+        cy, cx = h // 2, w // 2
+    else:
+        k = int(rng.integers(len(ys)))
+        cy, cx = int(ys[k]), int(xs[k])
+    y0 = int(np.clip(cy - crop // 2, 0, h - crop))
+    x0 = int(np.clip(cx - crop // 2, 0, w - crop))
+    return y0, x0
+
+
+def _previous_input(frames: Sequence[Frame], i: int, j: int | None, cfg: TrainConfig,
+                    rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray] | None:
+    if j is None or rng.random() < cfg.temporal_drop:
+        return None
+    passes, prev_passes = frames[i][0], frames[j][0]
+    prev = frames[j][1].astype(np.float32) / 255.0
+    prev = prev + rng.normal(0.0, cfg.temporal_noise, prev.shape).astype(np.float32)
+    prev = prev * rng.uniform(0.95, 1.05, 3).astype(np.float32)  # a slightly wrong colour
+    return features.warp_previous_output(np.clip(prev, 0, 1), passes["motion"],
+                                         passes["depth"], prev_passes["depth"])
+
+
+def make_batch(frames: Sequence[Frame], model_cfg: dict[str, Any], cfg: TrainConfig,
+               step: int, previous: Sequence[int | None] | None
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(features, target, mask, parts) crops of step ``step``: a function of
+    (seed, step) only."""
+    rng = np.random.default_rng([cfg.seed, step])
+    xs, ys, ms, ps = [], [], [], []
+    lay, bounds = model_cfg["layout"], model_cfg["rest_bounds"]
+    for _ in range(cfg.batch):
+        i = int(rng.integers(len(frames)))
+        passes, target = frames[i]
+        prev = None
+        if cfg.temporal:
+            prev = _previous_input(frames, i, previous[i] if previous else None, cfg, rng)
+        x = features.frame_features(passes, lay, bounds, prev)
+        mask = np.asarray(passes["mask"]) > 0
+        y0, x0 = _crop_box(mask, cfg.crop, rng)
+        sl = (slice(y0, y0 + cfg.crop), slice(x0, x0 + cfg.crop))
+        xs.append(x[:, sl[0], sl[1]])
+        ys.append(np.moveaxis(target[sl][..., :3], -1, 0).astype(np.float32) / 255.0)
+        ms.append(mask[sl][None])
+        ps.append(np.asarray(passes["parts"])[sl][None].astype(np.int64)
+                  if "parts" in passes else np.zeros((1, cfg.crop, cfg.crop), np.int64))
+    dev = cfg.device
+    return (torch.from_numpy(np.stack(xs)).to(dev), torch.from_numpy(np.stack(ys)).to(dev),
+            torch.from_numpy(np.stack(ms)).to(dev), torch.from_numpy(np.stack(ps)).to(dev))
+
+
+def _lr_lambda(steps: int) -> Callable[[int], float]:
+    def f(s: int) -> float:
+        return 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(s, steps) / max(steps, 1)))
+    return f
+
+
+def save_checkpoint(path: str | os.PathLike, data: dict[str, Any]) -> Path:
+    """``torch.save`` to a temp file beside ``path``, then ``os.replace``: a crash
+    leaves the previous checkpoint whole."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_file_for(path)
+    try:
+        torch.save(data, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+class _SigintFlag:
+    """SIGINT sets a flag (the loop stops between steps) instead of raising
+    inside an optimiser step; the old handler is restored on exit."""
+
+    def __init__(self) -> None:
+        self.hit = False
+        self._old: Any = None
+
+    def __enter__(self) -> _SigintFlag:
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.hit = True
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+
+
+def train(frames: Sequence[Frame], cfg: TrainConfig, *,
+          previous: Sequence[int | None] | None = None, resume: bool = False,
+          on_step: Callable[[int, float], None] | None = None) -> TrainResult:
+    """Train (or with ``resume`` continue from ``cfg.checkpoint``) on ``frames``.
+
+    ``previous[i]``: the index of frame i's previous frame in its shot (None at a
+    shot's start), for ``cfg.temporal``. ``on_step(step, loss)`` is called after
+    each step. Stops at ``cfg.steps``, at the ``cfg.minutes`` budget, or on
+    Ctrl-C, writing the checkpoint each time (when ``cfg.checkpoint`` is set)."""
+    from tqdm.auto import tqdm
+
+    if not frames:
+        raise TrainError("no training frames: render the character's passes first")
+    if cfg.temporal and previous is None:
+        raise TrainError("temporal training needs previous= (each frame's previous frame)")
+    h, w = frames[0][1].shape[:2]
+    if cfg.crop > min(h, w) or cfg.crop % 4:
+        raise TrainError(f"crop {cfg.crop} must be a multiple of 4 and at most the frame "
+                         f"size {w}x{h}: pass a smaller --crop")
+    ckpt = Path(cfg.checkpoint) if cfg.checkpoint else None
+    state = None
+    if resume:
+        if ckpt is None or not ckpt.is_file():
+            raise TrainError(f"nothing to resume: no checkpoint at {ckpt}; drop --resume "
+                             "to start a new run")
+        state = torch.load(ckpt, map_location=cfg.device, weights_only=False)
+        if state["train_cfg"] != cfg.fixed():
+            diff = sorted(k for k in cfg.fixed() if state["train_cfg"].get(k) != cfg.fixed()[k])
+            raise TrainError(f"checkpoint {ckpt} was trained with other settings "
+                             f"({', '.join(diff)}): use the same ones or start a new run")
+    lay = features.layout(cfg.inputs, cfg.temporal)
+    mcfg = state["model_cfg"] if state else model_config(
+        lay, features.rest_bounds([f[0] for f in frames]), **cfg.model)
+    torch.manual_seed(cfg.seed)
+    net = SkinNet(mcfg).to(cfg.device)
+    opt = torch.optim.AdamW(net.param_groups(cfg.lr_texture, cfg.lr_net))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg.steps))
+    step, losses, elapsed = 0, [], 0.0
+    if state:
+        net.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        sched.load_state_dict(state["sched"])
+        step, losses, elapsed = state["step"], list(state["losses"]), float(state["elapsed_s"])
+
+    def checkpoint() -> None:
+        if ckpt is not None:
+            save_checkpoint(ckpt, {"step": step, "model": net.state_dict(),
+                                   "opt": opt.state_dict(), "sched": sched.state_dict(),
+                                   "model_cfg": mcfg, "train_cfg": cfg.fixed(),
+                                   "losses": losses, "elapsed_s": elapsed})
+
+    diffusion = mcfg["head"] == "diffusion"
+    t0 = time.monotonic() - elapsed
+    interrupted = False
+    bar = tqdm(total=cfg.steps, initial=step, disable=not cfg.progress, desc="skin",
+               unit="step", dynamic_ncols=True)
+    net.train()
+    with _SigintFlag() as sigint, bar:
+        while step < cfg.steps:
+            x, y, m, parts = make_batch(frames, mcfg, cfg, step, previous)
+            if diffusion:
+                pred = _diffusion_forward(net, x, y, cfg.seed, step)
+            else:
+                pred = net(x)
+            loss = reconstruction_loss(pred, y, m, parts, cfg.ssim_weight, cfg.group_weights)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+            step += 1
+            losses.append(loss.item())
+            elapsed = time.monotonic() - t0
+            bar.update(1)
+            bar.set_postfix(loss=f"{losses[-1]:.4f}")
+            if on_step is not None:
+                on_step(step, losses[-1])
+            if sigint.hit:
+                interrupted = True
+                break
+            if cfg.minutes is not None and elapsed >= cfg.minutes * 60.0:
+                break
+            if ckpt is not None and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+                checkpoint()
+    checkpoint()
+    if interrupted and ckpt is not None:
+        print(f"interrupted at step {step}: checkpoint {ckpt}; --resume continues")
+    report = {"steps": step, "steps_planned": cfg.steps, "elapsed_s": round(elapsed, 2),
+              "s_per_step": round(elapsed / max(step, 1), 4), "loss_first": losses[:1],
+              "loss_last_100": float(np.mean(losses[-100:])) if losses else None,
+              "losses_every_10": losses[::10], "train_config": cfg.fixed(),
+              "parameters": sum(p.numel() for p in net.parameters())}
+    net.eval()
+    return TrainResult(net, mcfg, report, interrupted)
+
+
+def _diffusion_forward(net: SkinNet, x: torch.Tensor, y: torch.Tensor, seed: int,
+                       step: int) -> torch.Tensor:
+    """The x0 prediction (as an image in [0, 1]) from a noised target at a random
+    time: clean-image prediction on the cosine schedule."""
+    rng = np.random.default_rng([seed, step, 1])
+    t = rng.uniform(0.0, 1.0, x.shape[0])
+    ab = torch.from_numpy(sampling.alpha_bar(t).astype(np.float32)).to(x).view(-1, 1, 1, 1)
+    eps = torch.from_numpy(rng.standard_normal(y.shape).astype(np.float32)).to(x)
+    x_t = ab.sqrt() * (2 * y - 1) + (1 - ab).sqrt() * eps
+    x0 = net(x, x_t, torch.from_numpy(t.astype(np.float32)).to(x))
+    return (x0 + 1) / 2
+
+
+@torch.no_grad()
+def predict(net: SkinNet, mcfg: dict[str, Any], passes: dict[str, np.ndarray],
+            previous: tuple[np.ndarray, np.ndarray] | None = None, seed: int = 0
+            ) -> np.ndarray:
+    """uint8 (H, W, 3) image of one frame with the torch network (for evaluation;
+    serving runs the ONNX graph with :mod:`.runtime`, the same arithmetic)."""
+    x = torch.from_numpy(features.frame_features(passes, mcfg["layout"], mcfg["rest_bounds"],
+                                                 previous)[None])
+    dev = next(net.parameters()).device
+    x = x.to(dev)
+    if mcfg["head"] == "diffusion":
+        noise = np.random.default_rng(seed).standard_normal((1, 3) + x.shape[2:])
+
+        def f(x_t: np.ndarray, t: float) -> np.ndarray:
+            tt = torch.full((1,), t, dtype=torch.float32, device=dev)
+            return net(x, torch.from_numpy(x_t).to(dev), tt).cpu().numpy()
+
+        out = (sampling.ddim_sample(f, noise, int(mcfg["diffusion_steps"])) + 1) / 2
+    else:
+        out = net(x).cpu().numpy()
+    return np.clip(np.rint(np.moveaxis(out[0], 0, -1) * 255), 0, 255).astype(np.uint8)
+
+
+def masked_metrics(pred: np.ndarray, target: np.ndarray, mask: np.ndarray) -> dict[str, float]:
+    """PSNR (dB, floats in [0, 1]) and mean SSIM on the character's pixels."""
+    m = np.asarray(mask) > 0
+    a = pred[..., :3].astype(np.float32) / 255.0
+    b = target[..., :3].astype(np.float32) / 255.0
+    mse = float(((a - b) ** 2)[m].mean())
+    ta = torch.from_numpy(np.moveaxis(np.where(m[..., None], a, b), -1, 0)[None].copy())
+    tb = torch.from_numpy(np.moveaxis(b, -1, 0)[None].copy())
+    s = ssim_map(ta, tb)[0].mean(0).numpy()
+    return {"psnr": 10 * math.log10(1.0 / max(mse, 1e-10)), "ssim": float(s[m].mean())}
+
+
+def evaluate(net: SkinNet, mcfg: dict[str, Any], frames: Sequence[Frame],
+             temporal_chain: bool = False) -> dict[str, float]:
+    """Mean masked PSNR / SSIM over ``frames``; with ``temporal_chain`` the frames
+    are one shot, each fed the previous *output* (as at inference)."""
+    rows = []
+    prev_out = None
+    for k, (passes, target) in enumerate(frames):
+        prev = None
+        if temporal_chain and prev_out is not None:
+            prev = features.warp_previous_output(prev_out, passes["motion"], passes["depth"],
+                                                 frames[k - 1][0]["depth"])
+        out = predict(net, mcfg, passes, prev)
+        prev_out = out
+        rows.append(masked_metrics(out, target, passes["mask"]))
+    return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
+
+
+def part_mean_baseline(train: Sequence[Frame], test: Sequence[Frame]) -> dict[str, float]:
+    """Masked PSNR / SSIM of painting each part its mean training colour."""
+    sums = np.zeros((features.NUM_PARTS, 3))
+    counts = np.zeros(features.NUM_PARTS)
+    for passes, target in train:
+        m = np.asarray(passes["mask"]) > 0
+        p = np.asarray(passes["parts"])[m]
+        np.add.at(sums, p, target[m][:, :3].astype(np.float64))
+        np.add.at(counts, p, 1)
+    means = (sums / np.maximum(counts, 1)[:, None]).astype(np.uint8)
+    rows = [masked_metrics(means[np.asarray(p["parts"])], t, p["mask"]) for p, t in test]
+    return {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
+
+
+def load_frames(folder: str | os.PathLike) -> list[Frame]:
+    """Frames from a folder of ``.npz`` files (sorted by name), each holding the
+    passes by name and the Cycles render as ``beauty`` (H, W, 3 or 4) uint8."""
+    files = sorted(Path(folder).glob("*.npz"))
+    if not files:
+        raise TrainError(f"no .npz frames in {folder}: write one per frame (passes + beauty)")
+    out = []
+    for f in files:
+        with np.load(f, allow_pickle=False) as z:
+            d = {k: z[k] for k in z.files}
+        if "beauty" not in d:
+            raise TrainError(f"{f} has no 'beauty' array: save the render beside the passes")
+        out.append((d, d.pop("beauty")[..., :3]))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m painted_skin.backend.skin.train --frames DIR --out MODEL_DIR``."""
+    ap = argparse.ArgumentParser(prog="skin-train", description=__doc__.splitlines()[0])
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--frames", help="folder of .npz frames (passes + beauty)")
+    src.add_argument("--synthetic", type=int, metavar="N", help="N generated frames (demo)")
+    ap.add_argument("--out", required=True, help="model folder to write")
+    ap.add_argument("--checkpoint", help="checkpoint file (default: OUT.ckpt)")
+    ap.add_argument("--resume", action="store_true", help="continue from the checkpoint")
+    ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--minutes", type=float)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--crop", type=int, default=64)
+    ap.add_argument("--head", choices=("regressor", "diffusion"), default="regressor")
+    ap.add_argument("--no-texture", action="store_true")
+    ap.add_argument("--temporal", action="store_true",
+                    help="previous output as an input (frames in shot order)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    a = ap.parse_args(argv)
+    from . import export, synthetic
+
+    if a.frames:
+        try:
+            frames = load_frames(a.frames)
+        except TrainError as e:
+            print(f"error: {e}")
+            return 2
+        fingerprint = {"frames": str(Path(a.frames).resolve())}
+    else:
+        frames = synthetic.shot(a.synthetic, 128) if a.temporal else synthetic.dataset(
+            a.synthetic, 128)
+        fingerprint = synthetic.FINGERPRINT
+    cfg = TrainConfig(seed=a.seed, steps=a.steps, batch=a.batch, crop=a.crop,
+                      temporal=a.temporal, model={"head": a.head,
+                                                  "use_texture": not a.no_texture},
+                      device=a.device, minutes=a.minutes,
+                      checkpoint=a.checkpoint or f"{a.out.rstrip('/')}.ckpt")
+    prev = [None] + list(range(len(frames) - 1)) if a.temporal else None
+    try:
+        res = train(frames, cfg, previous=prev, resume=a.resume)
+    except TrainError as e:
+        print(f"error: {e}")
+        return 2
+    if res.interrupted:
+        return 130
+    export.export_model(res.net.cpu(), res.model_cfg, a.out, fingerprint, res.report)
+    print(f"model folder written: {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,91 @@
+"""Skin model folders: ONNX matches torch, and bad folders are refused with the fix."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnxruntime")
+
+from painted_skin.backend.skin import FORMAT_VERSION  # noqa: E402
+from painted_skin.backend.skin import features as F  # noqa: E402
+from painted_skin.backend.skin import runtime as R  # noqa: E402
+from painted_skin.backend.skin import synthetic as S  # noqa: E402
+from painted_skin.backend.skin import testing as X  # noqa: E402
+from painted_skin.backend.skin import train as T  # noqa: E402
+
+TOL = 1e-4  # float32 graph vs eager: summation order only
+
+
+@pytest.fixture(scope="module", params=["regressor", "diffusion"])
+def exported(request, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("skin") / request.param
+    res, _ = X.train_tiny(folder, steps=3, model={"head": request.param})
+    return res, folder
+
+
+def test_onnx_matches_torch(exported) -> None:
+    res, folder = exported
+    model = R.load_model(folder, S.FINGERPRINT)
+    passes, _ = S.dataset(1, 48, seed=7)[0]
+    x = F.frame_features(passes, res.model_cfg["layout"], res.model_cfg["rest_bounds"])[None]
+    feeds = {"features": x}
+    args = [torch.from_numpy(x)]
+    if res.model_cfg["head"] == "diffusion":
+        x_t = np.random.default_rng(0).standard_normal((1, 3, 48, 48)).astype(np.float32)
+        feeds |= {"x_t": x_t, "t": np.full((1,), 0.7, np.float32)}
+        args += [torch.from_numpy(x_t), torch.full((1,), 0.7)]
+    onnx_out = model.session.run(None, feeds)[0]
+    with torch.no_grad():
+        torch_out = res.net(*args).numpy()
+    np.testing.assert_allclose(onnx_out, torch_out, atol=TOL, rtol=0)
+    rgb = model.render(passes, seed=3)
+    ref = T.predict(res.net, res.model_cfg, passes, seed=3)
+    assert rgb.shape == (48, 48, 3) and np.abs(rgb.astype(int) - ref).max() <= 1
+
+
+def test_folder_holds_config_graph_and_report(exported) -> None:
+    _, folder = exported
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.onnx",
+                                                        "report.json"]
+    cfg = json.loads((folder / "config.json").read_text())
+    assert cfg["format_version"] == FORMAT_VERSION and cfg["fingerprint"] == S.FINGERPRINT
+    assert F.channels(cfg["layout"]) == 37
+    assert json.loads((folder / "report.json").read_text())["steps"] == 3
+    assert not [p for p in folder.parent.iterdir() if p.name.startswith(".")]  # no temp left
+
+
+def _copy(folder, tmp_path):
+    import shutil
+
+    return shutil.copytree(folder, tmp_path / "copy")
+
+
+def test_other_format_version_is_refused(exported, tmp_path) -> None:
+    bad = _copy(exported[1], tmp_path)
+    cfg = json.loads((bad / "config.json").read_text())
+    (bad / "config.json").write_text(json.dumps({**cfg, "format_version": 0}))
+    with pytest.raises(R.ModelFolderError, match="format version 0.*retrain or re-export"):
+        R.load_model(bad)
+
+
+def test_other_character_is_refused(exported) -> None:
+    other = {**S.FINGERPRINT, "vertices": 1234}
+    with pytest.raises(R.ModelFolderError, match="another character .*vertices"):
+        R.load_model(exported[1], other)
+    R.load_model(exported[1], S.FINGERPRINT)  # its own character loads
+
+
+def test_missing_files_are_refused(exported, tmp_path) -> None:
+    bad = _copy(exported[1], tmp_path)
+    (bad / "model.onnx").unlink()
+    with pytest.raises(R.ModelFolderError, match="lacks model.onnx: copy the whole folder"):
+        R.load_model(bad)
+    (bad / "config.json").unlink()
+    with pytest.raises(R.ModelFolderError, match="has no config.json"):
+        R.load_model(bad)
+    with pytest.raises(R.ModelFolderError, match="does not exist: train one"):
+        R.load_model(tmp_path / "nowhere")

@@ -1,0 +1,79 @@
+"""The ``skin`` backend pipeline: registry names, OPEN checks, frames, resumed temporal shots."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("onnxruntime")
+
+from painted_skin.backend import pipelines  # noqa: E402
+from painted_skin.backend.diffusion import carry  # noqa: E402
+from painted_skin.backend.skin import registry  # noqa: E402
+from painted_skin.backend.skin import synthetic as S  # noqa: E402
+from painted_skin.backend.skin import testing as X  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def registry_file(tmp_path_factory):
+    root = tmp_path_factory.mktemp("skin-models")
+    X.train_tiny(root / "hero-t", temporal=True, steps=20, size=32, frames=8)
+    X.train_tiny(root / "hero", steps=3, size=32, frames=4)
+    reg = root / "registry.toml"
+    reg.write_text('[models.hero]\npath = "hero"\n[models.hero-t]\npath = "hero-t"\n')
+    return reg
+
+
+@pytest.fixture
+def reg(registry_file, monkeypatch):
+    monkeypatch.setenv(registry.ENV, str(registry_file))
+    return registry_file
+
+
+def _run(pipe, passes, frame, state, options=None):
+    return pipe(passes, seed=frame, width=32, height=32, options=options or {},
+                callback=lambda s, n: True, frame=frame, state=state)
+
+
+def test_runs_a_frame_by_registry_name(reg) -> None:
+    assert pipelines.get("skin").check({"model": "hero"}) == []
+    pipe = pipelines.create("skin", {"model": "hero"})
+    passes, _ = S.dataset(1, 32, seed=5)[0]
+    rgb = _run(pipe, passes, 0, {})
+    assert rgb.dtype == np.uint8 and rgb.shape == (32, 32, 3)
+    assert not pipe.stateful
+
+
+def test_open_refuses_paths_other_characters_and_unknown_names(reg) -> None:
+    check = pipelines.get("skin").check
+    assert "not accepted from clients" in check({"path": "/etc"})[0]
+    assert "another character" in check({"model": "hero", "character": {"vertices": 9}})[0]
+    assert check({"model": "hero", "character": S.FINGERPRINT}) == []
+    assert "not in the registry" in check({"model": "villain"})[0]
+    assert "without the temporal input" in check({"model": "hero", "temporal": True})[0]
+
+
+def test_default_demo_model_missing_says_how_to_train_it(monkeypatch) -> None:
+    monkeypatch.delenv(registry.ENV, raising=False)
+    if registry.resolve(None).exists():
+        pytest.skip("the demo skin model is present")
+    (problem,) = pipelines.get("skin").check({})
+    assert "skin_models/demo" in problem and "train" in problem
+
+
+def test_resumed_temporal_shot_is_identical_to_an_uninterrupted_one(reg) -> None:
+    shot = [p for p, _ in S.shot(5, 32, seed=8)]
+    pipe = pipelines.create("skin", {"model": "hero-t"})
+    assert pipe.stateful
+    state: dict = {}
+    whole = [_run(pipe, p, k, state) for k, p in enumerate(shot)]
+    # the previous output is an input: painting frame 3 fresh gives another picture
+    assert not np.array_equal(_run(pipe, shot[3], 3, {}), whole[3])
+    # resume after frame 2 in a new session, the client carrying frame 2 back
+    state = {}
+    carried = {"carry_rgb": whole[2], "carry_depth": shot[2]["depth"]}
+    assert carry.check(carried, 32, 32) is None
+    carry.restore(pipe, state, 2, carried)
+    for k in (3, 4):
+        np.testing.assert_array_equal(_run(pipe, shot[k], k, state), whole[k])
