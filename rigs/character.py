@@ -8,9 +8,15 @@
 * a closed (watertight) body mesh polygonised from metaballs laid along the bones,
   with skin / shirt / trousers / shoes / hair materials by region;
 * a cape: a thin closed slab skinned to a chain of ``cape.NNN`` bones under the
-  upper chest (bone collection "Accessory"), animated by ``bake_spring_bones``.
+  upper chest (bone collection "Accessory"), animated by ``bake_spring_bones``;
+* (by default) a UV map on both meshes, one chart per body piece unrolled about
+  its axis, and one packed 1024² atlas for both, painted by ``rigs.textures``
+  (checked shirt with an emblem, a face, jeans with seams, pockets and a belt,
+  laced boots, a bordered cape with an emblem; roughness in the alpha channel),
+  so that the look has to be learned rather than read off the part labels.
 
-Everything is deterministic: the same seed gives the same vertices and weights.
+Everything is deterministic: the same seed gives the same vertices, weights, UVs
+and texture pixels.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import numpy as np
 from mathutils import Vector
 
 from ..addon.core.transforms import matrix_to_quat, normalize, quat_continuity
-from . import spring
+from . import spring, textures
 from .humanoid import FINGER_SEGMENTS, FINGERS
 
 # --------------------------------------------------------------------------- names
@@ -198,6 +204,7 @@ class _Part:
     last: bool = True  # tube: also place a ball at b
     split: float = 2.0  # tube: region2 from this fraction of the length on
     region2: str = ""
+    chart: str = ""  # the UV chart it is unrolled into (consecutive parts may share one)
 
 
 def _frame(x: np.ndarray, hint: np.ndarray) -> np.ndarray:
@@ -210,16 +217,21 @@ def _tube(bone: str, region: str, pts: list[np.ndarray], radii: list[float],
           hint: np.ndarray | None = None, sy: float = 1.0, sz: float = 1.0,
           split: float = 2.0, region2: str = "") -> list[_Part]:
     hint = _v(1, 0, 0) if hint is None else hint
+    # Finger segments share one chart per finger, the toe shares the foot's.
+    stem, _, side = bone.rpartition(".")
+    chart = {"toe": f"foot.{side}"}.get(stem, bone)
+    if stem.startswith(("f_", "thumb")):
+        chart = f"{stem.split('.')[0]}.{side}"
     out = []
     for i in range(len(pts) - 1):
         out.append(_Part(bone, region, pts[i], pts[i + 1], radii[i], radii[i + 1],
                          _frame(pts[i + 1] - pts[i], hint), _v(1.0, sy, sz),
-                         last=i == len(pts) - 2, split=split, region2=region2))
+                         last=i == len(pts) - 2, split=split, region2=region2, chart=chart))
     return out
 
 
-def _blob(bone: str, region: str, centre: np.ndarray, semi: np.ndarray) -> _Part:
-    return _Part(bone, region, centre, None, 0.0, 0.0, np.eye(3), semi)
+def _blob(bone: str, region: str, centre: np.ndarray, semi: np.ndarray, chart: str) -> _Part:
+    return _Part(bone, region, centre, None, 0.0, 0.0, np.eye(3), semi, chart=chart)
 
 
 def _body_parts(bones: dict[str, _Bone], scale: float) -> list[_Part]:
@@ -236,15 +248,19 @@ def _body_parts(bones: dict[str, _Bone], scale: float) -> list[_Part]:
         a, b = _v(0, spine_y[i], zs[i]) * s, _v(0, spine_y[i + 1], zs[i + 1]) * s
         d = (depth[i] + depth[i + 1]) / 2
         parts += [_Part(owners[i], region[i], a, b, half_w[i] * s, half_w[i + 1] * s,
-                        _frame(b - a, _v(1, 0, 0)), _v(1, 1, d), last=i == len(zs) - 2)]
+                        _frame(b - a, _v(1, 0, 0)), _v(1, 1, d), last=i == len(zs) - 2,
+                        chart="pelvis" if region[i] == "trousers" else "torso")]
     parts += _tube("spine.004", "skin", [_v(0, .008, 1.42) * s, _v(0, -.004, 1.60) * s],
                    [.054 * s, .048 * s])
-    parts.append(_blob("spine.006", "skin", _v(0, -.012, 1.645) * s, _v(.082, .098, .112) * s))
-    parts.append(_blob("spine.006", "hair", _v(0, -.001, 1.667) * s, _v(.089, .101, .099) * s))
-    parts.append(_blob("spine.006", "skin", _v(0, -.108, 1.632) * s, _v(.013, .02, .024) * s))
+    parts.append(_blob("spine.006", "skin", _v(0, -.012, 1.645) * s, _v(.082, .098, .112) * s,
+                       "head"))
+    parts.append(_blob("spine.006", "hair", _v(0, -.001, 1.667) * s, _v(.089, .101, .099) * s,
+                       "hair"))
+    parts.append(_blob("spine.006", "skin", _v(0, -.108, 1.632) * s, _v(.013, .02, .024) * s,
+                       "nose"))
     for x in (-1, 1):
         parts.append(_blob("spine.006", "skin", _v(.083 * x, -.005, 1.64) * s,
-                           _v(.012, .022, .03) * s))  # ears
+                           _v(.012, .022, .03) * s, "head"))
 
     for sfx in ("L", "R"):
         def bn(n: str, sfx: str = sfx) -> _Bone:
@@ -341,18 +357,18 @@ def _surface_distance(parts: list[_Part], pts: np.ndarray) -> tuple[np.ndarray, 
     return dist, tpar
 
 
-def _regions(parts: list[_Part], pts: np.ndarray) -> np.ndarray:
-    """Region name index (into BODY_REGIONS) of the part nearest each point."""
+def _regions(parts: list[_Part], pts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Region name index (into BODY_REGIONS) and index of the part nearest each point."""
     dist, tpar = _surface_distance(parts, pts)
     owner = np.argmin(dist, axis=0)
     t = tpar[owner, np.arange(len(pts))]
     names = np.array([BODY_REGIONS.index(p.region) for p in parts])
     split = np.array([p.split for p in parts])
     second = np.array([BODY_REGIONS.index(p.region2) if p.region2 else 0 for p in parts])
-    return np.where(t >= split[owner], second[owner], names[owner])
+    return np.where(t >= split[owner], second[owner], names[owner]), owner
 
 
-def _body_weights(parts: list[_Part], bones: list[_Bone], pts: np.ndarray
+def _body_weights(parts: list[_Part], bones: list[_Bone], dist: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray]:
     """Top-4 bone indices and normalised weights (V, 4) for body vertices.
 
@@ -365,9 +381,9 @@ def _body_weights(parts: list[_Part], bones: list[_Bone], pts: np.ndarray
     names = [b.name for b in bones]
     index = {n: i for i, n in enumerate(names)}
     nb = len(bones)
-    dist, _ = _surface_distance(parts, pts)
+    npts = dist.shape[1]
     part_bone = np.array([index[p.bone] for p in parts])
-    bone_dist = np.full((nb, len(pts)), np.inf)
+    bone_dist = np.full((nb, npts), np.inf)
     for i in range(len(parts)):
         np.minimum(bone_dist[part_bone[i]], dist[i], out=bone_dist[part_bone[i]])
     owner_part = np.argmin(dist, axis=0)
@@ -379,7 +395,7 @@ def _body_weights(parts: list[_Part], bones: list[_Bone], pts: np.ndarray
     for i, bone in enumerate(bones):
         if bone.parent in index:
             near[i, index[bone.parent]] = near[index[bone.parent], i] = True
-    excess = (bone_dist - bone_dist[owner, np.arange(len(pts))]) / width
+    excess = (bone_dist - bone_dist[owner, np.arange(npts)]) / width
     w = np.where(near[owner].T, np.exp(-np.square(np.maximum(excess, 0.0))), 0.0)
     top = np.argsort(-w, axis=0, kind="stable")[:4].T
     tw = np.take_along_axis(w.T, top, axis=1)
@@ -467,9 +483,21 @@ def _mesh_positions(me: bpy.types.Mesh) -> np.ndarray:
     return co.reshape(-1, 3).astype(np.float64)
 
 
+@dataclass
+class _CapeGrid:
+    """The cape's sheet grid: ``nu`` across at ``u`` (-0.5..0.5 of the width), ``nv``
+    rows at arc length ``s`` from the top, each ``width`` wide."""
+
+    nu: int
+    nv: int
+    u: np.ndarray
+    s: np.ndarray
+    width: np.ndarray
+
+
 def _cape_geometry(chain: np.ndarray, body: np.ndarray, scale: float
-                   ) -> tuple[np.ndarray, list[tuple[int, ...]], np.ndarray]:
-    """A closed slab hanging along ``chain`` (k+1, 3): vertices, quads, arc parameter."""
+                   ) -> tuple[np.ndarray, list[tuple[int, ...]], np.ndarray, _CapeGrid]:
+    """A closed slab hanging along ``chain`` (k+1, 3): vertices, quads, arc parameter, grid."""
     nu, nv, thick = 13, 22, 0.008 * scale
     seg = np.linalg.norm(np.diff(chain, axis=0), axis=1)
     arc = np.concatenate([[0], np.cumsum(seg)])
@@ -511,7 +539,7 @@ def _cape_geometry(chain: np.ndarray, body: np.ndarray, scale: float
         (j0, i0), (j1, i1) = ring[k], ring[(k + 1) % len(ring)]
         faces.append((vid(j0, i0, 0), vid(j1, i1, 0), vid(j1, i1, 1), vid(j0, i0, 1)))
     arc_v = np.tile(np.repeat(s, nu), 2)
-    return verts, faces, arc_v
+    return verts, faces, arc_v, _CapeGrid(nu, nv, u, s, width)
 
 
 def _cape_weights(arc_v: np.ndarray, chain: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -531,11 +559,236 @@ def _back_profile(body: np.ndarray, z: float, scale: float) -> float:
     return float(band[:, 1].max()) if len(band) else 0.1 * scale
 
 
-def build_demo_character(name: str = "PaintedSkinDemo", seed: int = 0) -> bpy.types.Object:
+# --------------------------------------------------------------------------- UVs and textures
+
+UV_MAP = "UVMap"
+# One atlas for the body and the cape, so that a UV names one surface point of the
+# whole character (what a neural texture sampled at the UV pass needs): about 2.1 mm
+# per texel at seed 0, where a 512² full-body render has ~3.7 mm per pixel.
+ATLAS_PX = 1024
+_GUTTER_PX = 4
+_RIM_SQUEEZE = 0.25  # the cape's 8 mm rim is one colour: a quarter of the texel density
+
+
+@dataclass
+class _Chart:
+    """One UV island: a body piece unrolled about its axis, or a flat cape sheet."""
+
+    name: str
+    region: str
+    radius: float  # around = theta * radius (metres); the cape: the widest row's width
+    length: float
+    lo: np.ndarray  # (2,) lowest (around, along) of its loops, metres
+    hi: np.ndarray
+    half_width: tuple[np.ndarray, np.ndarray] | None = None  # cape: (s, width / 2)
+
+    def texels(self, u: np.ndarray, v: np.ndarray) -> textures.Texels:
+        hw = None if self.half_width is None else np.interp(v, *self.half_width)
+        return textures.Texels(self.name, (u / self.radius).astype(np.float32),
+                               v.astype(np.float32), self.radius, self.length, hw)
+
+
+def _part_axis(p: _Part) -> tuple[np.ndarray, np.ndarray, float]:
+    """Start, unit direction and length of the axis a part is unrolled about."""
+    if p.b is not None:
+        ab = p.b - p.a
+        length = float(np.linalg.norm(ab))
+        return p.a, ab / length, length
+    d = {"head": _v(0, 0, 1), "hair": _v(0, 0, 1), "nose": _v(0, -1, 0)}.get(
+        p.chart, _v(math.copysign(1.0, p.a[0]), 0, 0))
+    half = float(np.abs(d) @ p.sizes)
+    return p.a - d * half, d, 2 * half
+
+
+def _loop_topology(me: bpy.types.Mesh) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per loop: its vertex and face; per face: its loop count."""
+    total = np.empty(len(me.polygons), dtype=np.int64)
+    me.polygons.foreach_get("loop_total", total)
+    vert = np.empty(len(me.loops), dtype=np.int64)
+    me.loops.foreach_get("vertex_index", vert)
+    return vert, np.repeat(np.arange(len(total)), total), total
+
+
+def _unwrap_faces(theta: np.ndarray, loop_face: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """Keep each face's angles together across the seam at +-pi (its mean within +-pi)."""
+    first = np.repeat(np.cumsum(total) - total, total)
+    ref = theta[first]
+    t = ref + np.mod(theta - ref + np.pi, 2 * np.pi) - np.pi
+    mean = np.bincount(loop_face, t, len(total)) / total
+    shift = np.where(mean > np.pi, -2 * np.pi, np.where(mean < -np.pi, 2 * np.pi, 0.0))
+    return t + shift[loop_face]
+
+
+def _body_charts(me: bpy.types.Mesh, parts: list[_Part], face_part: np.ndarray,
+                 face_region: np.ndarray, verts: np.ndarray, vdist: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, list[_Chart]]:
+    """Per-loop (around, along) metres and chart index, and the charts, for the body.
+
+    A face belongs to the chart of its nearest part, split by material; each of
+    its loops is unrolled about the axis of that chart's part nearest to the loop's
+    vertex, so the faces of one chart agree on their shared vertices. Angles run
+    from the chart's front (-Y, or +Z for pieces along Y such as the feet), so the
+    seams sit at the back and under the soles.
+    """
+    loop_vert, loop_face, total = _loop_topology(me)
+    groups = list(dict.fromkeys(p.chart for p in parts))
+    part_group = np.array([groups.index(p.chart) for p in parts])
+    axes = [_part_axis(p) for p in parts]
+    charts_of = [p.chart for p in parts]
+    if "head" in charts_of and "hair" in charts_of:  # one axis: the hairline agrees on both
+        head, hair = charts_of.index("head"), charts_of.index("hair")
+        a, d, length = axes[hair]
+        axes[hair] = (np.array([*axes[head][0][:2], a[2]]), d, length)
+    theta = np.zeros(len(loop_vert))
+    along = np.zeros(len(loop_vert))
+    radial = np.zeros(len(loop_vert))
+    loop_group = part_group[face_part][loop_face]
+    for gi in range(len(groups)):
+        members = np.nonzero(part_group == gi)[0]
+        loops = np.nonzero(loop_group == gi)[0]
+        mean_axis = normalize(sum(axes[k][1] * axes[k][2] for k in members))
+        ref = _v(0, 0, 1) if abs(mean_axis[1]) > 0.8 else _v(0, -1, 0)
+        offsets = np.concatenate([[0.0], np.cumsum([axes[k][2] for k in members])[:-1]])
+        if parts[members[0]].b is None:  # blobs (the head and its ears): the first one's axis
+            offsets[:] = 0.0
+            for k in members[1:]:
+                axes[k] = axes[members[0]]
+        lv = loop_vert[loops]
+        near = np.argmin(vdist[members][:, lv], axis=0)
+        for j, k in enumerate(members):
+            sel = loops[near == j]
+            a, d, _ = axes[k]
+            front = normalize(ref - d * (ref @ d))
+            side = np.cross(d, front)
+            q = verts[loop_vert[sel]] - a
+            along[sel] = offsets[j] + q @ d
+            theta[sel] = np.arctan2(q @ side, q @ front)
+            radial[sel] = np.linalg.norm(q - np.outer(q @ d, d), axis=1)
+    theta = _unwrap_faces(theta, loop_face, total)
+    keys = list(dict.fromkeys(zip(part_group[face_part].tolist(), face_region.tolist(),
+                                  strict=True)))
+    face_chart = np.array([keys.index(k) for k in zip(part_group[face_part].tolist(),
+                                                      face_region.tolist(), strict=True)])
+    loop_chart = face_chart[loop_face]
+    uv = np.zeros((len(loop_vert), 2))
+    charts = []
+    for ci, (gi, ri) in enumerate(keys):
+        sel = loop_chart == ci
+        members = np.nonzero(part_group == gi)[0]
+        r = max(float(np.median(radial[sel])), 1e-3)
+        uv[sel] = np.stack([theta[sel] * r, along[sel]], axis=1)
+        charts.append(_Chart(groups[gi], BODY_REGIONS[ri], r,
+                             float(axes[members[0]][2] if parts[members[0]].b is None
+                                   else sum(axes[k][2] for k in members)),
+                             uv[sel].min(axis=0), uv[sel].max(axis=0)))
+    return uv, loop_chart, charts
+
+
+def _cape_charts(me: bpy.types.Mesh, grid: _CapeGrid) -> tuple[np.ndarray, np.ndarray,
+                                                                list[_Chart]]:
+    """Per-loop metres and chart index for the cape: outer sheet, inner sheet, rim.
+
+    The sheets are laid out as the grid's rectangle (across x arc length), the outer
+    one mirrored so that it reads unmirrored from behind; the rim is one strip
+    around the perimeter.
+    """
+    loop_vert, loop_face, total = _loop_topology(me)
+    off = grid.nu * grid.nv
+    side, rest = np.divmod(loop_vert, off)
+    j, i = np.divmod(rest, grid.nu)
+    wref = float(grid.width.max())
+    n_sheet = 2 * (grid.nu - 1) * (grid.nv - 1)
+    face_kind = np.where(np.arange(len(total)) < n_sheet, 0, 2)
+    kind = face_kind[loop_face]
+    kind = np.where(kind == 0, 1 - side, 2)  # 0 outer, 1 inner, 2 rim
+    uv = np.stack([np.where(side == 1, -1.0, 1.0) * grid.u[i] * wref, grid.s[j]], axis=1)
+    # The rim: position along the perimeter (unwrapped per face) and across the slab.
+    co = np.empty(len(me.vertices) * 3, dtype=np.float32)
+    me.vertices.foreach_get("co", co)
+    co = co.reshape(-1, 3)
+    rim_faces = np.nonzero(face_kind == 2)[0]
+    first = (np.cumsum(total) - total)[rim_faces]
+    a, b = loop_vert[first], loop_vert[first + 1]
+    seg = np.linalg.norm(co[b] - co[a], axis=1) * _RIM_SQUEEZE
+    start = np.concatenate([[0.0], np.cumsum(seg)[:-1]])
+    corner = first[:, None] + np.arange(4)  # loops: (p0, side 0), (p1, 0), (p1, 1), (p0, 1)
+    uv[corner, 0] = start[:, None] + seg[:, None] * np.array([0, 1, 1, 0])
+    uv[corner, 1] = 0.02 * np.array([0, 0, 1, 1])
+    length = float(grid.s[-1])
+    hw = (grid.s, grid.width / 2)
+    charts = []
+    for ci, cname in enumerate(("cape_outer", "cape_inner", "cape_rim")):
+        sel = kind == ci
+        charts.append(_Chart(cname, "cape", wref, length, uv[sel].min(axis=0),
+                             uv[sel].max(axis=0), hw if ci < 2 else None))
+    return uv, kind, charts
+
+
+def _bake_atlas(meshes: list[tuple[bpy.types.Mesh, np.ndarray, np.ndarray, list[_Chart]]],
+                palette: textures.Palette, seed: int, name: str) -> bpy.types.Image:
+    """Pack every chart into one image, write each mesh's UVs, paint and pack the image.
+
+    Each chart is painted by its material's painter; the UV map becomes each mesh's
+    active and active-render map. Returns the packed image.
+    """
+    charts = [c for _, _, _, cs in meshes for c in cs]
+    pk = textures.pack_charts(np.array([np.maximum(c.hi - c.lo, 1e-3) for c in charts]),
+                              ATLAS_PX, _GUTTER_PX)
+    noise = textures.Noise(seed)
+    pixels = np.empty((ATLAS_PX, ATLAS_PX, 4), dtype=np.float32)
+    pixels[..., :3] = textures.linear_to_srgb(np.array(palette.base["skin"]))
+    pixels[..., 3] = textures.ROUGHNESS["skin"]
+    place = {}
+    for c, origin, size in zip(charts, pk.origin, pk.size, strict=True):
+        place[id(c)] = origin
+        x0, y0 = np.maximum(origin - _GUTTER_PX, 0)
+        x1, y1 = np.minimum(origin + size + _GUTTER_PX, ATLAS_PX)
+        u = c.lo[0] + (np.arange(x0, x1) + 0.5 - origin[0]) / pk.scale
+        v = c.lo[1] + (np.arange(y0, y1) + 0.5 - origin[1]) / pk.scale
+        uu, vv = np.meshgrid(u, v)
+        pixels[y0:y1, x0:x1] = textures.paint(c.region, c.texels(uu, vv), palette, noise, seed)
+    img = bpy.data.images.new(f"{name}_atlas", ATLAS_PX, ATLAS_PX, alpha=True)
+    img.alpha_mode = "CHANNEL_PACKED"  # alpha carries roughness, not coverage
+    img.pixels.foreach_set(pixels.ravel())  # rows bottom-up, as Blender stores them
+    img.pack()
+    for me, uv_m, loop_chart, cs in meshes:
+        origin = np.array([place[id(c)] for c in cs])[loop_chart]
+        lo = np.array([c.lo for c in cs])[loop_chart]
+        uv = (origin + (uv_m - lo) * pk.scale) / ATLAS_PX
+        layer = me.uv_layers.new(name=UV_MAP)
+        layer.data.foreach_set("uv", uv.astype(np.float32).ravel())
+        me.uv_layers.active = layer
+        layer.active_render = True
+    return img
+
+
+def _textured_material(region: str, color: tuple[float, float, float], name: str,
+                       image: bpy.types.Image) -> bpy.types.Material:
+    """The flat material with its Base Color and Roughness read from ``image`` on the UV map."""
+    mat = _material(region, color, name)
+    tree = mat.node_tree
+    bsdf = next(n for n in tree.nodes if n.type == "BSDF_PRINCIPLED")
+    uv = tree.nodes.new("ShaderNodeUVMap")
+    uv.uv_map = UV_MAP
+    tex = tree.nodes.new("ShaderNodeTexImage")
+    tex.image = image
+    tex.interpolation = "Linear"
+    tex.extension = "EXTEND"
+    uv.location, tex.location = (-700, 300), (-450, 300)
+    tree.links.new(uv.outputs["UV"], tex.inputs["Vector"])
+    tree.links.new(tex.outputs["Color"], bsdf.inputs["Base Color"])
+    tree.links.new(tex.outputs["Alpha"], bsdf.inputs["Roughness"])
+    return mat
+
+
+def build_demo_character(name: str = "PaintedSkinDemo", seed: int = 0,
+                         textured: bool = True) -> bpy.types.Object:
     """Build the demo character in the current scene; returns the armature object.
 
     Seed 0 is the reference figure; other seeds vary height (+-4%), the A-pose
-    angle (+-2 degrees) and the colours slightly, deterministically.
+    angle (+-2 degrees), the colours slightly and the textures' noise and details,
+    deterministically. ``textured`` gives every mesh a UV map and packed image
+    textures (colour, and roughness in alpha); without it the materials are flat.
     """
     scene = bpy.context.scene
     rng = np.random.default_rng(seed)
@@ -596,30 +849,41 @@ def build_demo_character(name: str = "PaintedSkinDemo", seed: int = 0) -> bpy.ty
         "thigh.L": 0.07 * scale, "thigh.R": 0.07 * scale,
         "shin.L": 0.06 * scale, "shin.R": 0.06 * scale})
 
-    # Materials (body regions plus the cape), then the body object.
-    colours = {k: tuple(np.clip(np.array(c) * (1 + 0.12 * jitter[2 + i % 6]), 0, 1))
-               for i, (k, c) in enumerate(MATERIALS.items())}
-    mats = {k: _material(k, c, name) for k, c in colours.items()}
-    for region in BODY_REGIONS:
-        me.materials.append(mats[region])
+    # Body and cape meshes; then their materials (flat, or textured on a UV atlas).
     centres = np.empty(len(me.polygons) * 3, dtype=np.float32)
     me.polygons.foreach_get("center", centres)
-    region_idx = _regions(parts, centres.reshape(-1, 3).astype(np.float64) - _v(0, 0, lift))
+    region_idx, face_part = _regions(parts, centres.reshape(-1, 3).astype(np.float64)
+                                     - _v(0, 0, lift))
     me.polygons.foreach_set("material_index", region_idx.astype(np.int32))
     me.shade_smooth()
+    body_pts = pts - _v(0, 0, lift)
+    vdist, _ = _surface_distance(parts, body_pts)
+    verts, faces, arc_v, grid = _cape_geometry(chain, pts, scale)
+    cape_me = bpy.data.meshes.new(f"{name}_Cape")
+    cape_me.from_pydata(verts.tolist(), [], faces)
+
+    colours = {k: tuple(np.clip(np.array(c) * (1 + 0.12 * jitter[2 + i % 6]), 0, 1))
+               for i, (k, c) in enumerate(MATERIALS.items())}
+    if textured:
+        atlas = _bake_atlas(
+            [(me, *_body_charts(me, parts, face_part, region_idx, body_pts, vdist)),
+             (cape_me, *_cape_charts(cape_me, grid))],
+            textures.Palette.from_seed(colours, seed), seed, name)
+        mats = {k: _textured_material(k, c, name, atlas) for k, c in colours.items()}
+    else:
+        mats = {k: _material(k, c, name) for k, c in colours.items()}
+    for region in BODY_REGIONS:
+        me.materials.append(mats[region])
+    cape_me.materials.append(mats["cape"])
+
     body_obj = bpy.data.objects.new(f"{name}_Body", me)
     body_obj[PART_PROP] = "body"
     body_obj["painted_skin_regions"] = list(BODY_REGIONS)
     scene.collection.objects.link(body_obj)
     body_bones = [b for b in bones if b.name not in CAPE_BONES]
-    top, tw = _body_weights(parts, body_bones, pts - _v(0, 0, lift))
+    top, tw = _body_weights(parts, body_bones, vdist)
     _assign_weights(body_obj, [b.name for b in body_bones], top, tw)
 
-    # Cape.
-    verts, faces, arc_v = _cape_geometry(chain, pts, scale)
-    cape_me = bpy.data.meshes.new(f"{name}_Cape")
-    cape_me.from_pydata(verts.tolist(), [], faces)
-    cape_me.materials.append(mats["cape"])
     cape_obj = bpy.data.objects.new(f"{name}_Cape", cape_me)
     cape_obj[PART_PROP] = "cape"
     scene.collection.objects.link(cape_obj)
@@ -811,7 +1075,8 @@ def save_demo_blend(path: str | os.PathLike, seed: int = 0) -> Path:
 
 
 __all__ = [
-    "BODY_REGIONS", "CAPE_BONES", "CAPE_PARENT", "DEMO_BONE_MAP", "MATERIALS",
+    "BODY_REGIONS", "CAPE_BONES", "CAPE_PARENT", "DEMO_BONE_MAP", "ATLAS_PX", "MATERIALS",
+    "UV_MAP",
     "bake_spring_bones", "build_demo_character", "is_closed", "save_demo_blend",
     "setup_demo_scene",
 ]
