@@ -120,6 +120,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from .addon.core.raster import tune_allocator
 
     out = Path(args.out)
+    tune_allocator()
+    if not args.no_paint:
+        from .addon.blender.demo import run_demo
+
+        m = run_demo(out, frames=args.frames, fps=args.fps, kind=args.kind, model=args.model,
+                     bar=lambda _what, total: _frame_bar(total))
+        sc = m["score"]
+        print(f"demo: {m['frames']} frames of {m['motion']!r} (held out from training: "
+              f"{m['held_out_motion']}) painted by the skin model at {m['size']}² in "
+              f"{m['timings']['paint_ms_per_frame']:.0f} ms/frame (Cycles: "
+              f"{m['timings']['cycles_ms_per_frame']:.0f} ms/frame)")
+        print(f"demo: against Cycles: masked PSNR {sc['psnr']:.2f} dB, SSIM {sc['ssim']:.3f}, "
+              f"FLIP {sc['flip']:.3f}, warp_ratio {sc['warp_ratio']:.2f}")
+        for name, path in m["outputs"].items():
+            print(f"  {name}: {path}")
+        print(f"  metrics: {out / 'metrics.json'}")
+        return 0
     report = session.build_demo_shot(out, frames=args.frames, fps=args.fps, kind=args.kind)
     write_json_atomic(out / "report.json", report.to_dict())
     print(f"demo: {report.frames} frames of {args.kind!r} retargeted onto the demo character; "
@@ -127,13 +144,27 @@ def cmd_demo(args: argparse.Namespace) -> int:
           f"{_fmt(report.foot_skate_cm_after)} cm/frame")
     print(f"Saved: '{out / 'shot.blend'}'")
     print(f"Report: '{out / 'report.json'}'")
-    tune_allocator()
     scene = bpy.context.scene
     frames = range(scene.frame_start, scene.frame_end + 1)
     summary = make_passes(scene, PassOptions(frames=frames, width=512, height=512),
                           out / "passes", progress=_frame_bar(len(frames)))
     print(f"Passes: {summary['done']} frames in '{out / 'passes'}'")
     return 0
+
+
+def cmd_train_skin(args: argparse.Namespace) -> int:
+    from .addon.blender.train_skin import DEFAULT_CACHE, TrainRequest, train_skin
+
+    def bar(what: str, total: int):
+        progress = _frame_bar(total)
+        return None if progress is None else lambda done, _t: progress(done, total, done)
+
+    req = TrainRequest(character=args.character, out=Path(args.out), minutes=args.minutes,
+                       size=args.size, device=args.device, resume=args.resume,
+                       python=args.python, cache=Path(args.cache) if args.cache
+                       else DEFAULT_CACHE, frames_per_clip=args.frames_per_clip,
+                       samples=args.samples, steps=args.steps)
+    return train_skin(req, progress=bar)
 
 
 def _parse_frames(text: str) -> range:
@@ -385,11 +416,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="floor: feet meet the character's floor; keep: scaled source height")
     r.set_defaults(func=cmd_retarget)
 
-    d = sub.add_parser("demo", help="build the demo character and retarget a generated clip")
+    d = sub.add_parser("demo", help="the demo end to end: a held-out motion retargeted onto "
+                                    "the demo character, painted by its skin model, against "
+                                    "Cycles")
     d.add_argument("--out", default="out/demo")
-    d.add_argument("--frames", type=int, default=96)
+    d.add_argument("--frames", type=int, default=48)
     d.add_argument("--fps", type=float, default=24.0)
-    d.add_argument("--kind", default="walk", help="walk, run, jump, turn, wave, sit")
+    d.add_argument("--kind", default="wave", help="walk, run, jump, turn, wave, sit (wave "
+                   "is the motion the skin model never trained on)")
+    d.add_argument("--model", default="demo", help="skin-model registry name")
+    d.add_argument("--no-paint", action="store_true",
+                   help="only retarget and render 512² passes (no backend, no Cycles)")
     d.set_defaults(func=cmd_demo)
 
     p_ = sub.add_parser("passes", help="render control passes of a shot")
@@ -427,6 +464,24 @@ def build_parser() -> argparse.ArgumentParser:
                     help="seconds of silence before giving up on the backend (a model "
                          "loading answers heartbeats: it is waited for)")
     rs.set_defaults(func=cmd_restyle)
+
+    t = sub.add_parser("train-skin", help="learn a character's skin model from its own "
+                                          "renders (self-reconstruction)")
+    t.add_argument("--character", required=True,
+                   help="the rigged character (.blend .glb .gltf .fbx), or 'demo'")
+    t.add_argument("--out", required=True, help="model folder to write")
+    t.add_argument("--minutes", type=float, default=20.0, help="training time budget")
+    t.add_argument("--size", type=int, default=128, help="render size: 128 or 256")
+    t.add_argument("--device", default="cpu", help="cpu or cuda")
+    t.add_argument("--resume", action="store_true", help="continue the last checkpoint")
+    t.add_argument("--python", help="the backend Python that trains (default: "
+                                    ".venv-backend/bin/python)")
+    t.add_argument("--cache", help="where training renders are kept and reused (default: "
+                                   "~/.cache/painted-skin/skin-data)")
+    t.add_argument("--frames-per-clip", type=int, default=48)
+    t.add_argument("--samples", type=int, default=16, help="Cycles samples (denoised)")
+    t.add_argument("--steps", type=int, help="schedule length (default: fits --minutes)")
+    t.set_defaults(func=cmd_train_skin)
 
     from .backend.commands import add_commands
 

@@ -107,7 +107,8 @@ def test_cli_batch_folder_makes_one_action_per_clip(demo_blend, tmp_path, bpy_cl
 
 def test_demo_command(tmp_path, bpy_clean):
     out = tmp_path / "demo"
-    assert cli.main(["demo", "--out", str(out), "--frames", "24"]) == 0
+    assert cli.main(["demo", "--out", str(out), "--frames", "24", "--kind", "walk",
+                     "--no-paint"]) == 0
     report = json.loads((out / "report.json").read_text())
     assert report["frames"] == 24 and not report["unmapped_target_core"]
     bpy_clean.ops.wm.open_mainfile(filepath=str(out / "shot.blend"))

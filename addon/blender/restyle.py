@@ -185,6 +185,22 @@ def shot_frames(scene: bpy.types.Scene, frames: list[int], width: int, height: i
         yield f, wire_arrays(arrays, skel, width, height)
 
 
+def pipeline_options(scene: bpy.types.Scene, pipeline: str, options: dict) -> dict:
+    """What a pipeline needs from the scene besides the passes: the skin model is tied
+    to one character, so its OPEN carries the scene character's fingerprint (a model
+    trained for another character is refused before any frame)."""
+    if pipeline != "skin" or "character" in options:
+        return options
+    from .shot_geometry import _find_armature, _render_meshes
+    from .skin_dataset import character_fingerprint
+
+    arm = _find_armature(_render_meshes(scene))
+    if arm is None:
+        raise ShotError("the skin pipeline paints a rigged character: the scene's meshes are "
+                        "deformed by no armature")
+    return {**options, "character": character_fingerprint(arm)}
+
+
 def shot_options(scene: bpy.types.Scene, out: Path, width: int, height: int,
                  options: dict | None) -> dict:
     """``options`` plus the shot's depth range (``depth_near``/``depth_far``).
@@ -251,7 +267,8 @@ def restyle_shot(scene: bpy.types.Scene, out_dir: str | Path, url: str = DEFAULT
     width, height = _size(size)
     frames = list(frames if frames is not None else range(scene.frame_start,
                                                             scene.frame_end + 1))
-    options = shot_options(scene, out, width, height, options)
+    options = pipeline_options(scene, pipeline, shot_options(scene, out, width, height,
+                                                             options))
     settings = {"pipeline": pipeline, "prompt": prompt, "negative_prompt": negative_prompt,
                 "seed": seed, "width": width, "height": height, "options": options}
     _check_settings(out, settings)
@@ -596,8 +613,8 @@ class PS_OT_restyle(bpy.types.Operator):
         try:
             args = self._args(context)
             self._out = _out(context)
-            args["options"] = shot_options(scene, self._out, s.width, s.height,
-                                           args.get("options"))
+            args["options"] = pipeline_options(scene, args["pipeline"], shot_options(
+                scene, self._out, s.width, s.height, args.get("options")))
             _check_settings(self._out, {**args, "width": s.width, "height": s.height})
             todo = [f for f in self._frames if not frame_done(self._out, f)]
             self._done, self._frame_now = len(self._frames) - len(todo), scene.frame_current

@@ -89,6 +89,8 @@ class SkinPipeline:
                                         f"session {height}x{width}: send passes of its size")
         prev = self._previous(passes, options, frame, state, (height, width))
         rgb = self.model.render(passes, prev, seed)
+        if "mask" in passes:  # the model paints the character; off it, Cycles' black film
+            rgb = np.where(np.asarray(passes["mask"])[..., None] > 0, rgb, np.uint8(0))
         if callback is not None and not callback(1, 1):
             raise Cancelled("cancelled at step 1/1")
         if state is not None and self.stateful:

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -367,6 +369,25 @@ def load_frames(folder: str | os.PathLike) -> list[Frame]:
     return out
 
 
+def calibrate_steps(frames: Sequence[Frame], cfg: TrainConfig, minutes: float,
+                    probe: int = 4) -> int:
+    """How many steps fit ``minutes`` on this machine: a few timed steps of a throwaway
+    run (the cosine schedule must end when the budget does, not be cut off mid-way)."""
+    trial = dataclasses.replace(cfg, steps=probe + 1, minutes=None, checkpoint=None,
+                                progress=False)
+    t0 = time.monotonic()
+    train(frames[: max(1, min(len(frames), 64))], trial)
+    per_step = (time.monotonic() - t0) / (probe + 1)
+    return max(10, int(minutes * 60.0 * 0.97 / per_step))
+
+
+def held_out_rows(net: SkinNet, mcfg: dict[str, Any], train_frames: Sequence[Frame],
+                  test: Sequence[Frame]) -> dict[str, dict[str, float]]:
+    """The model against the part-mean baseline on frames it never saw."""
+    return {"model": evaluate(net, mcfg, test),
+            "part_mean": part_mean_baseline(train_frames, test)}
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m painted_skin.backend.skin.train --frames DIR --out MODEL_DIR``."""
     ap = argparse.ArgumentParser(prog="skin-train", description=__doc__.splitlines()[0])
@@ -376,44 +397,63 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="model folder to write")
     ap.add_argument("--checkpoint", help="checkpoint file (default: OUT.ckpt)")
     ap.add_argument("--resume", action="store_true", help="continue from the checkpoint")
-    ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--steps", type=int, help="schedule length (default: what fits --minutes, "
+                    "else 2000)")
     ap.add_argument("--minutes", type=float)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--crop", type=int, default=64)
     ap.add_argument("--head", choices=("regressor", "diffusion"), default="regressor")
     ap.add_argument("--no-texture", action="store_true")
     ap.add_argument("--temporal", action="store_true",
-                    help="previous output as an input (frames in shot order)")
+                    help="feed the previous output warped by the motion vectors")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--fingerprint", help="JSON file: the character the frames show (a "
+                    "model refuses other characters)")
+    ap.add_argument("--eval-frames", help="folder of held-out .npz frames: the report gets "
+                    "the model's and the part-mean baseline's masked PSNR/SSIM on them")
+    ap.add_argument("--report-extra", help="JSON file merged into the report")
     a = ap.parse_args(argv)
     from . import export, synthetic
 
-    if a.frames:
-        try:
-            frames = load_frames(a.frames)
-        except TrainError as e:
-            print(f"error: {e}")
-            return 2
-        fingerprint = {"frames": str(Path(a.frames).resolve())}
-    else:
-        frames = synthetic.shot(a.synthetic, 128) if a.temporal else synthetic.dataset(
-            a.synthetic, 128)
-        fingerprint = synthetic.FINGERPRINT
-    cfg = TrainConfig(seed=a.seed, steps=a.steps, batch=a.batch, crop=a.crop,
-                      temporal=a.temporal, model={"head": a.head,
-                                                  "use_texture": not a.no_texture},
-                      device=a.device, minutes=a.minutes,
-                      checkpoint=a.checkpoint or f"{a.out.rstrip('/')}.ckpt")
-    prev = [None] + list(range(len(frames) - 1)) if a.temporal else None
     try:
+        if a.frames:
+            frames = load_frames(a.frames)
+            fingerprint = {"frames": str(Path(a.frames).resolve())}
+        else:
+            frames = synthetic.shot(a.synthetic, 128) if a.temporal else synthetic.dataset(
+                a.synthetic, 128)
+            fingerprint = synthetic.FINGERPRINT
+        if a.fingerprint:
+            fingerprint = json.loads(Path(a.fingerprint).read_text())
+        test = load_frames(a.eval_frames) if a.eval_frames else []
+        ckpt = a.checkpoint or f"{a.out.rstrip('/')}.ckpt"
+        cfg = TrainConfig(seed=a.seed, steps=a.steps or 2000, batch=a.batch, crop=a.crop,
+                          temporal=a.temporal, model={"head": a.head,
+                                                      "use_texture": not a.no_texture},
+                          device=a.device, minutes=a.minutes, checkpoint=ckpt)
+        if a.steps is None and a.resume and Path(ckpt).is_file():
+            saved = torch.load(ckpt, map_location="cpu", weights_only=False)
+            cfg = dataclasses.replace(cfg, steps=saved["train_cfg"]["steps"])
+        elif a.steps is None and a.minutes:
+            cfg = dataclasses.replace(cfg, steps=calibrate_steps(frames, cfg, a.minutes))
+            print(f"skin: {cfg.steps} steps fit {a.minutes:g} minutes here")
+        prev = [None] + list(range(len(frames) - 1)) if a.temporal else None
         res = train(frames, cfg, previous=prev, resume=a.resume)
-    except TrainError as e:
-        print(f"error: {e}")
+    except (TrainError, OSError, ValueError) as e:
+        print(f"skin-train: error: {e}", file=sys.stderr)
         return 2
     if res.interrupted:
         return 130
-    export.export_model(res.net.cpu(), res.model_cfg, a.out, fingerprint, res.report)
+    report = dict(res.report)
+    if test:
+        report["held_out"] = held_out_rows(res.net, res.model_cfg, frames, test)
+        m, b = report["held_out"]["model"], report["held_out"]["part_mean"]
+        print(f"held-out: model {m['psnr']:.2f} dB / {m['ssim']:.3f}, part mean "
+              f"{b['psnr']:.2f} dB / {b['ssim']:.3f}")
+    if a.report_extra:
+        report.update(json.loads(Path(a.report_extra).read_text()))
+    export.export_model(res.net.cpu(), res.model_cfg, a.out, fingerprint, report)
     print(f"model folder written: {a.out}")
     return 0
 

@@ -1,0 +1,182 @@
+"""``painted-skin demo``: the product's main job end to end on the embedded default.
+
+The demo character performs a motion its skin model never saw in training (``wave``),
+the fast engine renders its passes, a local backend paints every frame with the embedded
+skin model over ZeroMQ, Cycles renders the same frames as the reference, and the results
+land in one folder: the painted frames, a side-by-side GIF and a contact sheet (passes |
+painted | Cycles), and ``metrics.json`` (masked PSNR/SSIM/FLIP and flicker against
+Cycles, timings).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import bpy
+import numpy as np
+
+from ..core.atomic import write_json_atomic
+from .image_io import read_image, write_png
+
+Bar = Callable[[str, int], Callable[[int, int, int], None] | None]
+SHEET_FRAMES = 6
+
+
+class DemoError(ValueError):
+    """The demo cannot run as asked; the message says why and the fix."""
+
+
+def _free_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
+
+
+def model_folder(name: str) -> tuple[Path, dict]:
+    """The registry's folder for ``name`` and its training report."""
+    from ...backend.skin import registry
+
+    folder = registry.resolve(name)
+    if not (folder / "config.json").is_file():
+        raise DemoError(f"skin model {name!r} has no model at {folder}: train it with "
+                        f"'painted-skin train-skin --character demo --out {folder}'")
+    report_path = folder / "report.json"
+    report = json.loads(report_path.read_text()) if report_path.is_file() else {}
+    return folder, report
+
+
+def _tile(img: np.ndarray, size: int) -> np.ndarray:
+    """(size, size, 3) uint8, nearest-neighbour scaled (a tiny frame stays crisp)."""
+    img = np.asarray(img)
+    if img.ndim == 2:
+        img = np.repeat(img[..., None], 3, axis=2)
+    img = img[..., :3].astype(np.uint8)
+    ys = (np.arange(size) * img.shape[0] // size)
+    xs = (np.arange(size) * img.shape[1] // size)
+    return img[ys][:, xs]
+
+
+def _labelled(row: np.ndarray, text: str) -> np.ndarray:
+    from PIL import Image, ImageDraw
+
+    im = Image.fromarray(row)
+    ImageDraw.Draw(im).text((4, 2), text, fill=(255, 255, 255))
+    return np.asarray(im)
+
+
+def write_contact_sheet(out: Path, frames: list[int], passes: Path, painted: Path,
+                        reference: Path, tile: int = 256) -> tuple[Path, Path]:
+    """``contact_sheet.png`` (rows: passes, painted, Cycles; a few frames across) and
+    ``side_by_side.gif`` (every frame: passes | painted | Cycles)."""
+    from PIL import Image
+
+    def row_of(f: int) -> list[np.ndarray]:
+        return [_tile(read_image(passes / "normal_color" / f"{f:04d}.png"), tile),
+                _tile(read_image(painted / f"{f:04d}.png"), tile),
+                _tile(read_image(reference / f"{f:04d}.png"), tile)]
+
+    pick = [frames[round(i * (len(frames) - 1) / (SHEET_FRAMES - 1))]
+            for i in range(min(SHEET_FRAMES, len(frames)))]
+    columns = [row_of(f) for f in pick]
+    rows = [np.concatenate([c[r] for c in columns], axis=1) for r in range(3)]
+    rows = [_labelled(r, t) for r, t in zip(rows, ("passes (normals)", "painted by the skin "
+                                                   "model", "Cycles"), strict=True)]
+    sheet = write_png(out / "contact_sheet.png", np.concatenate(rows, axis=0))
+    gif = out / "side_by_side.gif"
+    tmp = gif.with_name(f".{gif.name}.tmp")
+    images = [Image.fromarray(np.concatenate(row_of(f), axis=1)) for f in frames]
+    images[0].save(tmp, format="GIF", save_all=True, append_images=images[1:], duration=42,
+                   loop=0)
+    tmp.replace(gif)
+    return sheet, gif
+
+
+def run_demo(out: Path, frames: int = 48, fps: float = 24.0, kind: str = "wave",
+             model: str = "demo", bar: Bar | None = None) -> dict:
+    """Everything above into ``out``; returns what went into ``metrics.json``."""
+    from ...backend.evaluate.score import score
+    from .passes import PassOptions, make_passes
+    from .restyle import restyle_shot, start_local_backend, stop_local_backend
+    from .session import build_demo_shot
+    from .skin_dataset import TRAIN_CLIPS, beauty_settings, render_beauty
+
+    folder, report = model_folder(model)
+    dataset = report.get("dataset", {})
+    size, samples = int(dataset.get("size", 128)), int(dataset.get("samples", 16))
+    if kind in {k for k, _ in TRAIN_CLIPS}:
+        print(f"demo: note: {kind!r} is a training motion; the held-out one is 'wave'",
+              file=sys.stderr)
+    timings: dict[str, float] = {}
+    t0 = time.monotonic()
+    retarget = build_demo_shot(out, frames=frames, fps=fps, kind=kind)
+    scene = bpy.context.scene
+    shot = list(range(scene.frame_start, scene.frame_end + 1))
+    timings["retarget_s"] = time.monotonic() - t0
+
+    t0 = time.monotonic()
+    make_passes(scene, PassOptions(frames=range(shot[0], shot[-1] + 1), width=size,
+                                   height=size), out / "passes",
+                progress=bar("passes", len(shot)) if bar else None)
+    timings["passes_s"] = time.monotonic() - t0
+
+    url = _free_url()
+    t0 = time.monotonic()
+    start_local_backend(sys.executable, url, timeout_s=120)
+    try:
+        timings["backend_start_s"] = time.monotonic() - t0
+        t0 = time.monotonic()
+        restyled = restyle_shot(scene, out / "restyle", url, frames=shot, size=size,
+                                pipeline="skin", options={"model": model},
+                                progress=bar("paint", len(shot)) if bar else None)
+        timings["paint_ms_per_frame"] = (time.monotonic() - t0) * 1000 / len(shot)
+    finally:
+        stop_local_backend()
+
+    t0 = time.monotonic()
+    (out / "cycles").mkdir(parents=True, exist_ok=True)
+    progress = bar("cycles", len(shot)) if bar else None
+    with beauty_settings(scene, size, samples):
+        for i, f in enumerate(shot):
+            ref = out / "cycles" / f"{f:04d}.png"
+            if not ref.is_file():
+                rgba = render_beauty(scene, f, out / "cycles")
+                write_png(ref, rgba[..., :3])
+            if progress:
+                progress(i + 1, len(shot), f)
+    timings["cycles_ms_per_frame"] = (time.monotonic() - t0) * 1000 / len(shot)
+
+    painted = out / "restyle" / "restyled"
+    summary = score(out / "cycles", painted, out / "passes", json_path=out / "score.json")
+    sheet, gif = write_contact_sheet(out, shot, out / "passes", painted, out / "cycles")
+    metrics = {
+        "motion": kind, "frames": len(shot), "size": size, "model": str(folder),
+        "held_out_motion": kind not in {k for k, _ in TRAIN_CLIPS},
+        "score": {k: summary[k] for k in ("psnr", "ssim", "flip", "warp_frames",
+                                          "warp_reference", "warp_ratio",
+                                          "psnr_slope_db_per_frame")},
+        "model_training": report.get("held_out"),
+        "timings": {k: round(v, 2) for k, v in timings.items()},
+        "restyle": {k: restyled[k] for k in ("frames", "written", "skipped")},
+        "retarget": {"frames": retarget.frames},
+        "outputs": {"painted": str(painted), "cycles": str(out / "cycles"),
+                    "contact_sheet": str(sheet), "side_by_side": str(gif),
+                    "score": str(out / "score.json")},
+    }
+    write_json_atomic(out / "metrics.json", _finite(metrics))
+    return metrics
+
+
+def _finite(value):
+    """NaN/inf as null: metrics.json is strict JSON."""
+    if isinstance(value, float):
+        return value if np.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value

@@ -1,0 +1,161 @@
+"""``painted-skin train-skin``: learn a character's skin model from its own renders.
+
+Blender renders the training set (``skin_dataset``); the trainer runs in the backend's
+Python (torch lives there, bpy pins numpy<2), as a child process whose progress bar, Ctrl-C
+(checkpoint, then ``--resume``) and exit code pass straight through.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import bpy
+
+from ..core.atomic import write_json_atomic
+from . import skin_dataset as D
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_CACHE = Path(os.environ.get("PAINTED_SKIN_CACHE",
+                                    Path.home() / ".cache" / "painted-skin")) / "skin-data"
+
+
+@dataclass
+class TrainRequest:
+    character: str  # a .blend/.glb/.fbx path, or "demo"
+    out: Path
+    minutes: float = 20.0
+    size: int = 128
+    device: str = "cpu"
+    resume: bool = False
+    python: str | None = None
+    cache: Path = DEFAULT_CACHE
+    frames_per_clip: int = 48
+    samples: int = 16
+    steps: int | None = None
+    seed: int = 0
+
+
+def ensure_lighting(scene: bpy.types.Scene) -> None:
+    """Training needs fixed world lighting: a character file without lights gets the
+    demo's sun and a neutral world (the same every run)."""
+    import math as m
+
+    if not any(o.type == "LIGHT" for o in scene.objects):
+        sun_data = bpy.data.lights.new("SkinSun", "SUN")
+        sun_data.energy = 3.0
+        sun = bpy.data.objects.new("SkinSun", sun_data)
+        sun.rotation_euler = (m.radians(50.0), 0.0, m.radians(25.0))
+        scene.collection.objects.link(sun)
+    if scene.world is None:
+        world = bpy.data.worlds.new("SkinWorld")
+        world.color = (0.2, 0.2, 0.22)
+        scene.world = world
+
+
+def load_character(spec: str) -> bpy.types.Object:
+    """The character to learn, in a fresh scene: the demo character, or a file."""
+    from ...rigs.character import build_demo_character, setup_demo_scene
+    from .importers import import_character
+    from .session import reset_scene
+
+    reset_scene()
+    if spec == "demo":
+        arm = build_demo_character()
+        setup_demo_scene(arm)
+        return arm
+    path = Path(spec)
+    if not path.is_file():
+        raise D.DatasetError(f"--character {spec}: no such file (give a .blend, .glb, .gltf or "
+                             ".fbx character, or 'demo')")
+    arm = import_character(path)
+    scene = bpy.context.scene
+    ensure_lighting(scene)
+    return D.check_character(arm, str(path))
+
+
+def backend_python(given: str | None) -> str:
+    """The Python that trains: ``--python``, else the repository's ``.venv-backend``, else
+    this Python when it has torch."""
+    if given:
+        if not Path(given).is_file():
+            raise D.DatasetError(f"--python {given}: no such file (the python of an "
+                                 "environment with painted-skin[backend])")
+        return given
+    local = REPO / ".venv-backend" / "bin" / "python"
+    if local.is_file():
+        return str(local)
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is not None:
+        return sys.executable
+    raise D.DatasetError("no Python with torch to train in: pass --python "
+                         "<env>/bin/python of an environment with painted-skin[backend] "
+                         "(e.g. 'make backend' makes .venv-backend)")
+
+
+def _check_out(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise D.DatasetError(f"--out {out} is a file: give a folder for the model")
+    if out.is_dir() and any(out.iterdir()) and not (out / "config.json").is_file():
+        raise D.DatasetError(f"--out {out} is a folder that is not a skin model: give a new "
+                             "or an existing model folder")
+
+
+def train_skin(req: TrainRequest, progress=None) -> int:
+    """Render (or reuse) the training and held-out sets, then train; returns the
+    trainer's exit code (0, 2 bad input, 130 interrupted with a checkpoint)."""
+    _check_out(req.out)
+    python = backend_python(req.python)
+    if req.size not in (64, 128, 256, 512):
+        raise D.DatasetError(f"--size {req.size}: use 128 or 256 (64 and 512 also work)")
+    arm = load_character(req.character)
+    fingerprint = D.character_fingerprint(arm)
+    for name in D.uv_report(arm):
+        print(f"train-skin: mesh {name!r} has no UV map: its skin is learned from its rest "
+              "positions (a 3-D feature grid) instead", file=sys.stderr)
+    spec = D.DatasetSpec(size=req.size, frames_per_clip=req.frames_per_clip,
+                         samples=req.samples, seed=req.seed)
+    held = D.DatasetSpec(size=req.size, frames_per_clip=max(12, req.frames_per_clip // 2),
+                         clips=D.HELD_OUT_CLIPS, samples=req.samples, seed=req.seed + 1000)
+    train_dir = D.dataset_folder(req.cache, spec, fingerprint)
+    held_dir = D.dataset_folder(req.cache, held, fingerprint)
+    for what, sp, folder in (("training", spec, train_dir), ("held-out", held, held_dir)):
+        bar = progress(what, len(sp.clips) * sp.frames_per_clip) if progress else None
+        res = D.build_dataset(arm, folder, sp, progress=bar)
+        print(f"train-skin: {what} set: {res.frames} frames ({res.rendered} rendered now) in "
+              f"{folder}")
+    with tempfile.TemporaryDirectory(prefix="painted-skin-train-") as tmp:
+        fp = Path(tmp) / "fingerprint.json"
+        fp.write_text(json.dumps(fingerprint))
+        extra = Path(tmp) / "extra.json"
+        write_json_atomic(extra, {"character": req.character, "dataset": {
+            "train": str(train_dir), "held_out": str(held_dir), "size": req.size,
+            "train_clips": [list(c) for c in spec.clips],
+            "held_out_clips": [list(c) for c in held.clips], "samples": req.samples}})
+        cmd = [python, "-m", "painted_skin.backend.skin.train", "--frames", str(train_dir),
+               "--eval-frames", str(held_dir), "--out", str(req.out), "--fingerprint", str(fp),
+               "--report-extra", str(extra), "--device", req.device, "--seed", str(req.seed),
+               "--crop", str(min(64 if req.size <= 128 else 128, req.size))]
+        if req.minutes:
+            cmd += ["--minutes", f"{req.minutes:g}"]
+        if req.steps:
+            cmd += ["--steps", str(req.steps)]
+        if req.resume:
+            cmd.append("--resume")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO.parent) if REPO.name ==
+                                                        "painted_skin" else None,
+                                                        env.get("PYTHONPATH")) if p)
+        proc = subprocess.Popen(cmd, env=env)
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:  # the child got the SIGINT too: let it checkpoint
+            proc.send_signal(signal.SIGINT)
+            return proc.wait()
