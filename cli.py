@@ -122,6 +122,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     out = Path(args.out)
     tune_allocator()
     if not args.no_paint:
+        if not (_have(".backend.skin.registry") and _have(".backend.evaluate.score")):
+            raise BadInput("the demo paints with the skin model, whose backend code this "
+                           "install lacks (the Blender extension ships none): run it from a "
+                           "checkout or pip install painted-skin, or pass --no-paint")
         from .addon.blender.demo import run_demo
 
         m = run_demo(out, frames=args.frames, fps=args.fps, kind=args.kind, model=args.model,
@@ -389,6 +393,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from .bench.diffusion import main as bench_diffusion
 
         return bench_diffusion()
+    if args.what == "skin":
+        from .bench.skin import main as bench_skin
+
+        return bench_skin(model=args.model, frames=args.frames, size=args.size)
     if args.what == "transport":
         from .bench.transport import main as bench_transport
 
@@ -501,9 +509,12 @@ def build_parser() -> argparse.ArgumentParser:
         sc.set_defaults(func=run_score)
 
     b = sub.add_parser("bench", help="speed benchmarks (ratio against a baseline in one run)")
-    b.add_argument("what", choices=("retarget", "passes", "transport", "diffusion"))
+    b.add_argument("what", choices=("retarget", "passes", "transport", "diffusion", "skin"))
     b.add_argument("--frames", type=int,
-                   help="frames (retarget: 2400, passes: 24, transport: 48)")
+                   help="frames (retarget: 2400, passes: 24, transport: 48, skin: 48)")
+    b.add_argument("--model", help="skin: model folder (default rigs/skin_models/demo)")
+    b.add_argument("--size", type=int,
+                   help="skin: frame size (default: the model's training size)")
     b.set_defaults(func=cmd_bench)
     return p
 

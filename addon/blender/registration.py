@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bpy
 
-from . import operators, panel, passes_ui, preferences, props
+from . import operators, panel, passes_ui, preferences, props, skin_ui
 
 _RESTYLE: dict = {"module": None}
 
@@ -19,6 +19,7 @@ def register() -> None:
     for cls in operators.CLASSES + panel.CLASSES:
         bpy.utils.register_class(cls)
     passes_ui.register()
+    skin_ui.register()
     preferences.register()
     try:
         from . import restyle
@@ -37,6 +38,7 @@ def unregister() -> None:
     if module is not None:
         module.unregister()
     preferences.unregister()
+    skin_ui.unregister()
     passes_ui.unregister()
     for cls in reversed(operators.CLASSES + panel.CLASSES):
         bpy.utils.unregister_class(cls)

@@ -353,11 +353,44 @@ def _backend_env(python: str | None = None) -> dict[str, str]:
     import these very files, unless ``python`` has a painted_skin installed (the
     editable install needs nothing)."""
     env = dict(os.environ)
+    models = _scene_models()
+    if models:  # the registry the backend serves: its own plus this scene's trained model
+        env["PAINTED_SKIN_SKIN_MODELS"] = str(_registry_with(models))
     root = Path(__file__).resolve().parents[2]
     if root.name == "painted_skin" and not (python and _has_own_package(python)):
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root.parent),
                                                          env.get("PYTHONPATH")) if p)
     return env
+
+
+def _scene_models() -> dict[str, str]:
+    try:
+        from .skin_ui import scene_models
+
+        return scene_models()
+    except (AttributeError, ImportError):  # no scene (bpy module before a file is open)
+        return {}
+
+
+def _registry_with(models: dict[str, str]) -> Path:
+    """A skin-model registry file: the embedded one's models plus ``models``."""
+    reg = Path(__file__).resolve().parents[2] / "backend" / "skin" / "registry.toml"
+    base = os.environ.get("PAINTED_SKIN_SKIN_MODELS") or str(reg)
+    lines = []
+    try:
+        import tomllib
+
+        with open(base, "rb") as fh:
+            for name, table in tomllib.load(fh).get("models", {}).items():
+                folder = Path(os.path.expanduser(table["path"]))
+                folder = folder if folder.is_absolute() else Path(base).parent / folder
+                lines.append((name, str(folder.resolve())))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    lines += [(n, str(Path(f).resolve())) for n, f in models.items()]
+    path = Path(tempfile.gettempdir()) / f"painted-skin-models-{os.getpid()}.toml"
+    path.write_text("".join(f"[models.{n}]\npath = {json.dumps(f)}\n\n" for n, f in lines))
+    return path
 
 
 def backend_python(configured: str) -> str:

@@ -356,7 +356,7 @@ def part_mean_baseline(train: Sequence[Frame], test: Sequence[Frame]) -> dict[st
 def load_frames(folder: str | os.PathLike) -> list[Frame]:
     """Frames from a folder of ``.npz`` files (sorted by name), each holding the
     passes by name and the Cycles render as ``beauty`` (H, W, 3 or 4) uint8."""
-    files = sorted(Path(folder).glob("*.npz"))
+    files = sorted(Path(folder).glob("[!.]*.npz"))  # not a writer's .frame-*.npz temp
     if not files:
         raise TrainError(f"no .npz frames in {folder}: write one per frame (passes + beauty)")
     out = []

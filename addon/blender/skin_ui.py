@@ -1,0 +1,256 @@
+"""The Skin Model panel: train the scene character's skin model without leaving Blender,
+and restyle the shot with it.
+
+Training renders hundreds of frames and trains for minutes, so it runs as a child
+process (``painted-skin train-skin`` in this Blender, or in the bpy module's Python); the
+panel shows its last progress line, Esc or *Cancel* sends it Ctrl-C (it saves a checkpoint:
+*Resume* continues). Headless (``blender -b``), the operator waits for the child instead.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import bpy
+from bpy.props import BoolProperty, EnumProperty, FloatProperty, IntProperty, StringProperty
+
+from .classes import register_classes, unregister_classes
+from .out_paths import PATH_OPTIONS
+from .preferences import preferences
+
+_RUN: dict = {"proc": None, "lines": collections.deque(maxlen=50), "status": ""}
+
+
+class PS_SkinSettings(bpy.types.PropertyGroup):
+    model_dir: StringProperty(name="Model Folder", subtype="DIR_PATH", default="//skin_model/",
+                              options=PATH_OPTIONS,
+                              description="Where Train writes the skin model (config, ONNX "
+                                          "graph, report)")
+    minutes: FloatProperty(name="Minutes", default=20.0, min=0.01, max=24 * 60,
+                           description="Training time budget (the schedule is fitted to it)")
+    size: EnumProperty(name="Size", default="128", items=[
+        ("128", "128²", "Fast; the default on a CPU"),
+        ("256", "256²", "Sharper; for a GPU")])
+    device: EnumProperty(name="Device", default="cpu", items=[
+        ("cpu", "CPU", "Train on the CPU"), ("cuda", "CUDA", "Train on an NVIDIA GPU")])
+    resume: BoolProperty(name="Resume", default=False,
+                         description="Continue the last (interrupted) training of this folder")
+
+
+def _settings(context) -> PS_SkinSettings:
+    return context.scene.painted_skin_skin
+
+
+def _package_root() -> Path:
+    """The folder that holds this add-on's ``painted_skin`` package (or the checkout)."""
+    return Path(__file__).resolve().parents[2]
+
+
+def train_command(blend: str, out: str, minutes: float, size: int, device: str, resume: bool,
+                  python: str | None, extra: list[str] | None = None) -> list[str]:
+    """The child's command line: ``painted-skin train-skin`` on the saved .blend, in the
+    bpy module's Python, or in this Blender binary (the extension's files on its path)."""
+    args = ["train-skin", "--character", blend, "--out", out, "--minutes", f"{minutes:g}",
+            "--size", str(size), "--device", device, *(["--resume"] if resume else []),
+            *(["--python", python] if python else []), *(extra or [])]
+    root = _package_root()
+    if not bpy.app.binary_path:
+        return [sys.executable, "-m", "painted_skin.cli", *args]
+    expr = (f"import sys; sys.path.insert(0, {str(root.parent)!r}); "
+            "from painted_skin.cli import main; "
+            "sys.exit(main(sys.argv[sys.argv.index('--') + 1:]))")
+    return [bpy.app.binary_path, "-b", "--factory-startup", "--python-exit-code", "1",
+            "--python-expr", expr, "--", *args]
+
+
+def _reader(proc: subprocess.Popen) -> None:
+    """Keep the child's last lines (tqdm redraws with \\r: each redraw is a line)."""
+    buf = b""
+    while True:
+        chunk = proc.stdout.read1(4096) if proc.stdout else b""
+        if not chunk:
+            break
+        buf += chunk
+        *lines, buf = buf.replace(b"\r", b"\n").split(b"\n")
+        for ln in lines:
+            text = ln.decode(errors="replace").strip()
+            if text and not text.startswith(("Fra:", "Saved: '", "Time:")) \
+                    and "render  " not in text:
+                _RUN["lines"].append(text)
+
+
+class PS_OT_train_skin(bpy.types.Operator):
+    """Train the skin model of this file's character (renders its training set, then
+    trains in the Backend Python); Esc or Cancel stops with a checkpoint"""
+
+    bl_idname = "painted_skin.train_skin"
+    bl_label = "Train Skin Model"
+
+    frames_per_clip: IntProperty(name="Frames per Clip", default=48, min=2,
+                                 options={"HIDDEN"})
+    samples: IntProperty(name="Samples", default=16, min=1, options={"HIDDEN"})
+
+    @classmethod
+    def poll(cls, context):
+        if not bpy.data.filepath:
+            cls.poll_message_set("Save the .blend first: training reads the saved character")
+            return False
+        if _RUN["proc"] is not None and _RUN["proc"].poll() is None:
+            cls.poll_message_set("A training is running")
+            return False
+        return True
+
+    def _command(self, context) -> list[str]:
+        s, p = _settings(context), preferences(context)
+        python = bpy.path.abspath(p.python) if p is not None and p.python else None
+        return train_command(bpy.data.filepath, bpy.path.abspath(s.model_dir), s.minutes,
+                             int(s.size), s.device, s.resume, python,
+                             ["--frames-per-clip", str(self.frames_per_clip),
+                              "--samples", str(self.samples)])
+
+    def _start(self, context) -> subprocess.Popen:
+        if bpy.data.is_dirty:
+            bpy.ops.wm.save_mainfile()
+        _RUN["lines"].clear()
+        env = dict(os.environ)
+        root = _package_root()
+        if root.name == "painted_skin":  # an installed extension: its parent on the path
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (str(root.parent), env.get("PYTHONPATH")) if p)
+        proc = subprocess.Popen(self._command(context), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        _RUN.update(proc=proc, status="training: starting…")
+        threading.Thread(target=_reader, args=(proc,), daemon=True).start()
+        return proc
+
+    def _finished(self, code: int):
+        last = _RUN["lines"][-1] if _RUN["lines"] else ""
+        if code == 0:
+            _RUN["status"] = "trained: " + last
+            self.report({"INFO"}, f"skin model trained: {last}")
+            return {"FINISHED"}
+        _RUN["status"] = ("stopped (checkpoint saved: tick Resume and Train again)"
+                          if code == 130 else f"training failed (exit {code}): {last}")
+        self.report({"WARNING"} if code == 130 else {"ERROR"}, _RUN["status"])
+        return {"CANCELLED"}
+
+    def execute(self, context):
+        proc = self._start(context)
+        return self._finished(proc.wait())
+
+    def invoke(self, context, event):
+        if context.window is None:
+            return self.execute(context)
+        self._start(context)
+        wm = context.window_manager
+        self._timer = wm.event_timer_add(0.5, window=context.window)
+        wm.modal_handler_add(self)
+        return {"RUNNING_MODAL"}
+
+    def modal(self, context, event):
+        proc = _RUN["proc"]
+        if event.type == "ESC" and event.value == "PRESS":
+            cancel_training()
+        if event.type != "TIMER":
+            return {"PASS_THROUGH"}
+        if _RUN["lines"]:
+            _RUN["status"] = "training: " + _RUN["lines"][-1][:100]
+        for area in context.screen.areas:
+            if area.type == "VIEW_3D":
+                area.tag_redraw()
+        code = proc.poll()
+        if code is None:
+            return {"RUNNING_MODAL"}
+        context.window_manager.event_timer_remove(self._timer)
+        return self._finished(code)
+
+
+def cancel_training() -> None:
+    proc = _RUN["proc"]
+    if proc is not None and proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        _RUN["status"] = "stopping: saving a checkpoint…"
+
+
+class PS_OT_cancel_training(bpy.types.Operator):
+    """Stop the training; it saves a checkpoint first (Resume continues it)"""
+
+    bl_idname = "painted_skin.cancel_training"
+    bl_label = "Cancel"
+
+    def execute(self, context):
+        cancel_training()
+        return {"FINISHED"}
+
+
+class PS_OT_use_skin_model(bpy.types.Operator):
+    """Restyle with the skin model: the Restyle section's pipeline becomes "skin" (the
+    backend serves models of its registry by name; "demo" is the embedded one)"""
+
+    bl_idname = "painted_skin.use_skin_model"
+    bl_label = "Restyle with Skin Model"
+
+    def execute(self, context):
+        r = context.scene.painted_skin_restyle
+        folder = Path(bpy.path.abspath(_settings(context).model_dir))
+        # A model trained here is served by a backend started from this panel under the
+        # name "scene" (its registry lists the folder); otherwise the embedded demo.
+        r.pipeline, r.model = "skin", "scene" if (folder / "config.json").is_file() else "demo"
+        return {"FINISHED"}
+
+
+def scene_models(context=None) -> dict[str, str]:
+    """Models a local backend started from the panel may serve besides the registry's:
+    this scene's trained folder as "scene"."""
+    context = context or bpy.context
+    s = getattr(context.scene, "painted_skin_skin", None)
+    if s is None:
+        return {}
+    folder = Path(bpy.path.abspath(s.model_dir))
+    return {"scene": str(folder)} if (folder / "config.json").is_file() else {}
+
+
+class PS_PT_skin(bpy.types.Panel):
+    bl_idname = "PS_PT_skin"
+    bl_label = "Skin Model"
+    bl_space_type = "VIEW_3D"
+    bl_region_type = "UI"
+    bl_category = "Painted Skin"
+
+    def draw(self, context):
+        s = _settings(context)
+        col = self.layout.column()
+        col.prop(s, "model_dir")
+        row = col.row(align=True)
+        row.prop(s, "minutes")
+        row.prop(s, "size", text="")
+        row.prop(s, "device", text="")
+        col.prop(s, "resume")
+        proc = _RUN["proc"]
+        if proc is not None and proc.poll() is None:
+            col.operator(PS_OT_cancel_training.bl_idname, icon="CANCEL")
+        else:
+            col.operator(PS_OT_train_skin.bl_idname, icon="PLAY")
+        if _RUN["status"]:
+            col.label(text=_RUN["status"][:120])
+        if hasattr(context.scene, "painted_skin_restyle"):
+            col.operator(PS_OT_use_skin_model.bl_idname, icon="BRUSH_DATA")
+
+
+CLASSES = (PS_SkinSettings, PS_OT_train_skin, PS_OT_cancel_training, PS_OT_use_skin_model,
+           PS_PT_skin)
+
+
+def register() -> None:
+    register_classes(CLASSES, painted_skin_skin=PS_SkinSettings)
+
+
+def unregister() -> None:
+    cancel_training()
+    unregister_classes(CLASSES, "painted_skin_skin")
