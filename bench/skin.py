@@ -176,19 +176,6 @@ def _mean_ms(times: list[float]) -> float:
     return float(np.mean(t)) * 1000.0
 
 
-def _ratio(a: float, b: float) -> float:
-    if not (math.isfinite(a) and math.isfinite(b)):
-        return float("nan")
-    if b == 0.0:
-        return 1.0 if a == 0.0 else float("inf")
-    return a / b
-
-
-def _finite_mean(values: list[float]) -> float:
-    v = [x for x in values if math.isfinite(x)]
-    return float(np.mean(v)) if v else float("nan")
-
-
 def score(frames: list[int], passes: dict[int, dict], refs: dict[int, np.ndarray],
           tests: dict[int, np.ndarray]) -> dict[str, float]:
     """Masked PSNR / SSIM / FLIP (means over frames), PSNR slope (dB/frame) and the
@@ -209,10 +196,10 @@ def score(frames: list[int], passes: dict[int, dict], refs: dict[int, np.ndarray
         warp_t.append(metrics.pair_warping_error(tests[a], tests[b], flow, valid))
         warp_r.append(metrics.pair_warping_error(refs[a][..., :3], refs[b][..., :3], flow,
                                                  valid))
-    wt, wr = _finite_mean(warp_t), _finite_mean(warp_r)
+    wt, wr = metrics.finite_mean(warp_t), metrics.finite_mean(warp_r)
     return {"psnr": float(np.mean(psnr)), "ssim": float(np.mean(ssim)),
             "flip": float(np.mean(flip)), "warp": wt, "warp_reference": wr,
-            "warp_ratio": _ratio(wt, wr), "slope": metrics.slope_per_frame(frames, psnr)}
+            "warp_ratio": metrics.ratio(wt, wr), "slope": metrics.slope_per_frame(frames, psnr)}
 
 
 def run_shot(name: str, scene: bpy.types.Scene, frames: list[int], size: int, samples: int,
@@ -342,7 +329,7 @@ def main(model: str | None = None, frames: int | None = None, size: int | None =
     main_shot = shots[0]
     print(targets(main_shot))
     r = main_shot.rows["model"]
-    speedup = _ratio(main_shot.cycles_ms, r["ms"])
+    speedup = metrics.ratio(main_shot.cycles_ms, r["ms"])
     print(f"skin psnr: {_fmt(r['psnr'], 2)} ssim: {_fmt(r['ssim'], 4)} "
           f"flip: {_fmt(r['flip'], 4)} warp_ratio: {_fmt(r['warp_ratio'], 3)} "
           f"speedup_vs_cycles: {_fmt(speedup, 2)}")

@@ -12,6 +12,8 @@ the same black background outside the mask, and their maps are averaged over the
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..diffusion.temporal import occlusion_mask, warp_previous
@@ -188,3 +190,19 @@ def slope_per_frame(frames: list[int] | np.ndarray, values: list[float] | np.nda
     if keep.sum() < 2 or np.ptp(x[keep]) == 0:
         return float("nan")
     return float(np.polyfit(x[keep], y[keep], 1)[0])
+
+
+def ratio(frames: float, reference: float) -> float:
+    """frames / reference; NaN when either is undefined, 1 when both are 0 (no flicker in
+    either), inf when only the reference is flicker-free."""
+    if not (math.isfinite(frames) and math.isfinite(reference)):
+        return float("nan")
+    if reference == 0.0:
+        return 1.0 if frames == 0.0 else float("inf")
+    return frames / reference
+
+
+def finite_mean(values: list[float]) -> float:
+    """Mean of the finite values (NaN when none)."""
+    v = [x for x in values if math.isfinite(x)]
+    return float(np.mean(v)) if v else float("nan")

@@ -185,19 +185,6 @@ def _finite(x: float) -> float | None:
     return float(x) if x is not None and math.isfinite(x) else None
 
 
-def _ratio(frames: float, reference: float) -> float:
-    if not (math.isfinite(frames) and math.isfinite(reference)):
-        return float("nan")
-    if reference == 0.0:
-        return 1.0 if frames == 0.0 else float("inf")
-    return frames / reference
-
-
-def _mean(values: list[float]) -> float:
-    v = [x for x in values if math.isfinite(x)]
-    return float(np.mean(v)) if v else float("nan")
-
-
 def score(reference: str | Path, frames: str | Path, passes: str | Path | None = None,
           json_path: str | Path | None = None, frame_range: range | None = None,
           occlusion: Occlusion | None = None) -> dict:
@@ -249,15 +236,16 @@ def score(reference: str | Path, frames: str | Path, passes: str | Path | None =
              and math.isfinite(r["warp_reference"])]
     if not pairs:
         notes.append("no two consecutive frames with depth and motion: no warping error")
-    warp_f = _mean([r["warp_frames"] for r in pairs])
-    warp_r = _mean([r["warp_reference"] for r in pairs])
+    warp_f = metrics.finite_mean([r["warp_frames"] for r in pairs])
+    warp_r = metrics.finite_mean([r["warp_reference"] for r in pairs])
     psnrs = [r["psnr"] for r in rows]
     summary = {
         "frames": len(rows), "pairs": len(pairs),
-        "psnr": _mean(psnrs), "ssim": _mean([r["ssim"] for r in rows]),
-        "flip": _mean([r["flip"] for r in rows]),
+        "psnr": metrics.finite_mean(psnrs), "ssim": metrics.finite_mean([r["ssim"] for r in rows]),
+        "flip": metrics.finite_mean([r["flip"] for r in rows]),
         "psnr_slope_db_per_frame": metrics.slope_per_frame([r["frame"] for r in rows], psnrs),
-        "warp_frames": warp_f, "warp_reference": warp_r, "warp_ratio": _ratio(warp_f, warp_r),
+        "warp_frames": warp_f, "warp_reference": warp_r,
+        "warp_ratio": metrics.ratio(warp_f, warp_r),
     }
     doc = {
         "summary": {k: (_finite(v) if isinstance(v, float) else v) for k, v in summary.items()},
