@@ -75,10 +75,26 @@ def write_contact_sheet(out: Path, frames: list[int], passes: Path, painted: Pat
     ``side_by_side.gif`` (every frame: passes | painted | Cycles)."""
     from PIL import Image
 
+    # Crop every image to the character's box over the shot (plus a margin), so the
+    # sheet shows the character rather than the empty frame around it.
+    box = np.zeros_like(np.asarray(read_image(passes / "mask" / f"{frames[0]:04d}.png")),
+                        bool)
+    for f in frames:
+        box |= np.asarray(read_image(passes / "mask" / f"{f:04d}.png")) > 0
+    ys, xs = np.nonzero(box) if box.any() else (np.array([0, box.shape[0] - 1]),
+                                                 np.array([0, box.shape[1] - 1]))
+    side = int(max(ys.max() - ys.min(), xs.max() - xs.min()) * 1.1) + 4
+    cy, cx = (ys.min() + ys.max()) // 2, (xs.min() + xs.max()) // 2
+    y0 = int(np.clip(cy - side // 2, 0, max(box.shape[0] - side, 0)))
+    x0 = int(np.clip(cx - side // 2, 0, max(box.shape[1] - side, 0)))
+
+    def crop(img: np.ndarray) -> np.ndarray:
+        return _tile(np.asarray(img)[y0:y0 + side, x0:x0 + side], tile)
+
     def row_of(f: int) -> list[np.ndarray]:
-        return [_tile(read_image(passes / "normal_color" / f"{f:04d}.png"), tile),
-                _tile(read_image(painted / f"{f:04d}.png"), tile),
-                _tile(read_image(reference / f"{f:04d}.png"), tile)]
+        return [crop(read_image(passes / "normal_color" / f"{f:04d}.png")),
+                crop(read_image(painted / f"{f:04d}.png")),
+                crop(read_image(reference / f"{f:04d}.png"))]
 
     pick = [frames[round(i * (len(frames) - 1) / (SHEET_FRAMES - 1))]
             for i in range(min(SHEET_FRAMES, len(frames)))]
