@@ -369,14 +369,32 @@ def load_frames(folder: str | os.PathLike) -> list[Frame]:
     return out
 
 
+def previous_frames(folder: str | None, count: int) -> list[int | None]:
+    """Each frame's previous frame in its clip: frames are ``<clip>_<frame>.npz``
+    (``skin_dataset``), and a clip's first frame has none. Without names (synthetic
+    shots) the frames are one shot."""
+    names = sorted(p.stem for p in Path(folder).glob("[!.]*.npz")) if folder else []
+    if len(names) != count:
+        return [None] + list(range(count - 1))
+    out: list[int | None] = [None]
+    for i in range(1, count):
+        (c0, _, f0), (c1, _, f1) = names[i - 1].partition("_"), names[i].partition("_")
+        same = c0 == c1 and f0.isdigit() and f1.isdigit() and int(f1) == int(f0) + 1
+        out.append(i - 1 if same else None)
+    return out
+
+
 def calibrate_steps(frames: Sequence[Frame], cfg: TrainConfig, minutes: float,
-                    probe: int = 4) -> int:
+                    probe: int = 4, previous: Sequence[int | None] | None = None) -> int:
     """How many steps fit ``minutes`` on this machine: a few timed steps of a throwaway
     run (the cosine schedule must end when the budget does, not be cut off mid-way)."""
     trial = dataclasses.replace(cfg, steps=probe + 2, minutes=None, checkpoint=None,
                                 progress=False)
     stamps: list[float] = []
-    train(frames[: max(1, min(len(frames), 64))], trial,
+    n = max(1, min(len(frames), 64))
+    prev = None if previous is None else [p if p is not None and p < n else None
+                                          for p in previous[:n]]
+    train(frames[:n], trial, previous=prev,
           on_step=lambda _s, _l: stamps.append(time.monotonic()))
     # From the end of the first step on: it pays the one-time allocations and warm-up.
     per_step = (stamps[-1] - stamps[0]) / (len(stamps) - 1)
@@ -386,7 +404,8 @@ def calibrate_steps(frames: Sequence[Frame], cfg: TrainConfig, minutes: float,
 def held_out_rows(net: SkinNet, mcfg: dict[str, Any], train_frames: Sequence[Frame],
                   test: Sequence[Frame]) -> dict[str, dict[str, float]]:
     """The model against the part-mean baseline on frames it never saw."""
-    return {"model": evaluate(net, mcfg, test),
+    temporal = any(n == "prev_rgb" for n, _ in mcfg["layout"])  # fed its own last output
+    return {"model": evaluate(net, mcfg, test, temporal_chain=temporal),
             "part_mean": part_mean_baseline(train_frames, test)}
 
 
@@ -448,10 +467,11 @@ def main(argv: list[str] | None = None) -> int:
         if a.steps is None and a.resume and Path(ckpt).is_file():
             saved = torch.load(ckpt, map_location="cpu", weights_only=False)
             cfg = dataclasses.replace(cfg, steps=saved["train_cfg"]["steps"])
-        elif a.steps is None and a.minutes:
-            cfg = dataclasses.replace(cfg, steps=calibrate_steps(frames, cfg, a.minutes))
+        prev = previous_frames(a.frames, len(frames)) if a.temporal else None
+        if a.steps is None and a.minutes and not (a.resume and Path(ckpt).is_file()):
+            cfg = dataclasses.replace(cfg, steps=calibrate_steps(frames, cfg, a.minutes,
+                                                                 previous=prev))
             print(f"skin: {cfg.steps} steps fit {a.minutes:g} minutes here")
-        prev = [None] + list(range(len(frames) - 1)) if a.temporal else None
         res = train(frames, cfg, previous=prev, resume=a.resume)
     except (TrainError, OSError, ValueError) as e:
         print(f"skin-train: error: {e}", file=sys.stderr)

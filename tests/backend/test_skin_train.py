@@ -85,3 +85,13 @@ def test_mapping_losses_weigh_part_groups_by_their_weight() -> None:
                                   group_weights={"clothes": 1.0, "accessory": 1.0})
     assert plain.item() == pytest.approx(1 / 16)
     assert grouped.item() == pytest.approx(0.5)  # the accessory's own mean counts half
+
+
+def test_previous_frames_follow_each_clip_and_restart_at_its_first_frame(tmp_path) -> None:
+    from painted_skin.backend.skin.train import previous_frames
+
+    for name in ("00_0001", "00_0002", "00_0003", "01_0001", "01_0002", "02_0005"):
+        (tmp_path / f"{name}.npz").write_bytes(b"")
+    (tmp_path / ".frame-abc.npz").write_bytes(b"")  # a writer's temp file: not a frame
+    assert previous_frames(str(tmp_path), 6) == [None, 0, 1, None, 3, None]
+    assert previous_frames(None, 3) == [None, 0, 1]  # no names: one shot
