@@ -167,7 +167,7 @@ def cmd_train_skin(args: argparse.Namespace) -> int:
                        size=args.size, device=args.device, resume=args.resume,
                        python=args.python, cache=Path(args.cache) if args.cache
                        else DEFAULT_CACHE, frames_per_clip=args.frames_per_clip,
-                       samples=args.samples, steps=args.steps)
+                       samples=args.samples, steps=args.steps, temporal=args.temporal)
     return train_skin(req, progress=bar)
 
 
@@ -489,6 +489,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--frames-per-clip", type=int, default=48)
     t.add_argument("--samples", type=int, default=16, help="Cycles samples (denoised)")
     t.add_argument("--steps", type=int, help="schedule length (default: fits --minutes)")
+    t.add_argument("--temporal", action="store_true",
+                   help="feed the previous output warped by the motion vectors (steadier "
+                        "shots; the embedded demo model is trained so)")
     t.set_defaults(func=cmd_train_skin)
 
     from .backend.commands import add_commands

@@ -40,6 +40,7 @@ class TrainRequest:
     samples: int = 16
     steps: int | None = None
     seed: int = 0
+    temporal: bool = False
 
 
 def ensure_lighting(scene: bpy.types.Scene) -> None:
@@ -149,6 +150,8 @@ def train_skin(req: TrainRequest, progress=None) -> int:
             cmd += ["--steps", str(req.steps)]
         if req.resume:
             cmd.append("--resume")
+        if req.temporal:
+            cmd.append("--temporal")
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO.parent) if REPO.name ==
                                                         "painted_skin" else None,
