@@ -18,9 +18,10 @@ def fix_text() -> str:
     """How to get pyzmq into this Blender."""
     plat = {"win32": "windows_x64", "darwin": "macos_arm64 or macos_x64"}.get(
         sys.platform, "linux_x64")
-    return (f"install the Painted Skin zip built for this system ({plat}, for Blender "
-            f"{bpy.app.version[0]}.{bpy.app.version[1]}), which bundles pyzmq, or install "
-            "pyzmq into Blender's Python")
+    family = "blender5.1-" if bpy.app.version >= (5, 1, 0) else ""
+    return (f"install the Painted Skin zip built for this system and Blender "
+            f"{bpy.app.version[0]}.{bpy.app.version[1]} (painted_skin-<version>-{family}"
+            f"{plat}.zip), which bundles pyzmq, or install pyzmq into Blender's Python")
 
 
 class PS_PT_restyle(bpy.types.Panel):

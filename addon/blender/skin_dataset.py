@@ -26,7 +26,7 @@ import numpy as np
 
 from ..core.atomic import write_json_atomic
 from .passes import PassOptions, iter_frames
-from .shot_geometry import ShotError, ShotGeometry
+from .shot_geometry import ShotGeometry
 
 DATASET_VERSION = 1
 # What the skin model reads (skeleton is not needed: the geometry is all here).
@@ -301,7 +301,3 @@ def check_character(arm: bpy.types.Object | None, source: str) -> bpy.types.Obje
                            "character (mesh + armature)")
     character_fingerprint(arm)
     return arm
-
-
-__all__ = ["DatasetError", "DatasetSpec", "ShotError", "build_dataset", "character_fingerprint",
-           "dataset_folder", "HELD_OUT_CLIPS", "TRAIN_CLIPS", "PASSES", "uv_report"]

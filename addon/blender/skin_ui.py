@@ -198,10 +198,9 @@ class PS_OT_use_skin_model(bpy.types.Operator):
 
     def execute(self, context):
         r = context.scene.painted_skin_restyle
-        folder = Path(bpy.path.abspath(_settings(context).model_dir))
         # A model trained here is served by a backend started from this panel under the
         # name "scene" (its registry lists the folder); otherwise the embedded demo.
-        r.pipeline, r.model = "skin", "scene" if (folder / "config.json").is_file() else "demo"
+        r.pipeline, r.model = "skin", "scene" if scene_models(context) else "demo"
         return {"FINISHED"}
 
 
