@@ -49,6 +49,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .server import ServeConfig, Server
 
     _logging(args.verbose)
+    pipelines.register_builtin()
     if args.pipeline not in pipelines.REGISTRY:
         raise ValueError(  # cli.py prints ValueErrors without a traceback, exit 2
             f"--pipeline {args.pipeline!r} is unknown; known: {', '.join(pipelines.names())}")

@@ -221,6 +221,7 @@ class Server:
     def __init__(self, config: ServeConfig | None = None, ctx: zmq.Context | None = None
                  ) -> None:
         self.cfg = config or ServeConfig()
+        pipelines.register_builtin()
         pipelines.get(self.cfg.pipeline)  # KeyError names the known ones
         # Changes with every process: a client that sees another boot id in PONG knows
         # the backend restarted (its sessions, and an OPEN still loading, are gone).
@@ -997,15 +998,10 @@ class Server:
         t0 = time.monotonic()
         queue_ms = (t0 - job.arrived) * 1000.0
         pipe = self._pipeline(s.pipeline, s.options)
-        # A temporal frame depends on the previous output, a cross-frame one on its
-        # anchor (both kept in the session's state), not only on its passes: never
-        # answer them from the cache (nor let a cached answer skip recording an anchor).
-        stateful = getattr(pipe, "stateful", False)
-        temporal = stateful and s.options.get("temporal", True)
-        anchored = stateful and s.options.get("cross_frame") not in (None, False, "", "off",
-                                                                     "none")
-        use_cache = (self.cache.max_bytes > 0 and s.options.get("cache", True) is not False
-                     and not temporal and not anchored)
+        # A temporal or cross-frame frame depends on the session's state, not only on its
+        # passes: the contract's rule keeps it out of the cache.
+        temporal = getattr(pipe, "stateful", False) and s.options.get("temporal", True)
+        use_cache = self.cache.max_bytes > 0 and pipelines.may_cache(pipe, s.options)
         key = (s.settings, job.seed, passes_hash(job.passes)) if use_cache else None
         rgb = self.cache.get(key) if key else None
         cached = rgb is not None

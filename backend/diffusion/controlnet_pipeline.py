@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ...addon.core import encodings
-from ..pipelines import Cancelled, StepCallback
+from ..pipelines.base import Cancelled, StepCallback
 from . import temporal
 from .components import (
     CONTROL_KINDS,
@@ -44,7 +44,8 @@ from .components import (
     Lora,
     load_named,
 )
-from .cross_frame import cross_frame_session, parse_mode
+from .cross_frame import cross_frame_session
+from .options import parse_cross_frame
 
 DEFAULT_CONTROL = {"depth": (0.8, 0.0, 1.0), "normal": (0.5, 0.0, 1.0),
                    "openpose": (1.0, 0.0, 1.0)}
@@ -297,7 +298,7 @@ class RestylePipeline:
         on the torch UNet; the onnx engine has its own). A session's ``true`` is
         "first" here as on onnx and in the add-on (not the mode another session left
         installed on the shared UNet)."""
-        return cross_frame_session(self.txt2img.unet, state, frame, parse_mode(mode))
+        return cross_frame_session(self.txt2img.unet, state, frame, parse_cross_frame(mode))
 
     def run(self, passes: dict[str, np.ndarray], *, prompt: str = "", negative_prompt: str = "",
             seed: int = 0, width: int, height: int, refs: list[np.ndarray] | None = None,

@@ -48,7 +48,9 @@ from typing import Any
 
 import numpy as np
 
-MODES = ("first", "previous")
+from .options import CROSS_FRAME_MODES as MODES
+from .options import parse_cross_frame
+
 _ATTR = "_painted_skin_cross_frame"
 
 # layer name -> timestep -> hidden states (batch, tokens, channels)
@@ -202,17 +204,6 @@ def is_enabled(unet: Any) -> bool:
     return getattr(unet, _ATTR, None) is not None
 
 
-def parse_mode(mode: str | bool | None, default: str = "first") -> str | None:
-    """The anchor of a ``cross_frame`` option: "first" or "previous"; None for off
-    (None, False, "", "off", "none"); True: ``default``. Raises ValueError otherwise."""
-    if mode in (None, False, "", "off", "none"):
-        return None
-    mode = default if mode is True else str(mode)
-    if mode not in MODES:
-        raise ValueError(f"cross_frame {mode!r}: use one of {', '.join(MODES)} or None")
-    return mode
-
-
 def begin_run(state: dict[str, Any], frame: int | None, mode: str) -> tuple[CrossFrameState, _Run]:
     """The session's anchor state and what one call of it records and attends to
     (shared by the torch processors and the onnx engine)."""
@@ -240,7 +231,7 @@ def cross_frame_session(unet: Any, state: dict[str, Any] | None, frame: int | No
     cross-frame attention with anchor ``mode`` ("first", "previous"; True: the
     installed default; None/False/"off": plain, yields None). Installs the
     processors on first use. A call that raises (e.g. cancelled) records nothing."""
-    mode = parse_mode(mode, ctl_mode(unet))
+    mode = parse_cross_frame(mode, ctl_mode(unet))
     if mode is None or state is None:
         yield None
         return

@@ -826,9 +826,10 @@ class OnnxRestylePipeline(RestylePipeline):
         cross-frame graph is fed the anchor's keys and values and gives the frame's
         (:meth:`OnnxEngine.noise_pred`); yields the session's
         :class:`~.cross_frame.CrossFrameState` (None when off)."""
-        from .cross_frame import anchored_call, parse_mode
+        from .cross_frame import anchored_call
+        from .options import parse_cross_frame
 
-        mode = parse_mode(mode)
+        mode = parse_cross_frame(mode)
         if mode is None or state is None:
             yield None
             return
@@ -873,9 +874,9 @@ class OnnxRestylePipeline(RestylePipeline):
 
 def _cross_on(options: dict[str, Any] | None) -> bool:
     """Does a session with ``options`` use cross-frame attention (the graph variant)?"""
-    from .cross_frame import parse_mode
+    from .options import parse_cross_frame
 
-    return parse_mode((options or {}).get("cross_frame")) is not None
+    return parse_cross_frame((options or {}).get("cross_frame")) is not None
 
 
 __all__ = ["OnnxEngine", "OnnxRestylePipeline", "provider_chain", "available_providers",

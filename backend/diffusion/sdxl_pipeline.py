@@ -32,11 +32,11 @@ import numpy as np
 from . import components as C
 from .components import CONTROL_KINDS, Components
 from .controlnet_pipeline import DEFAULT_CONTROL, RestylePipeline
+from .options import option_problems
 
 # xinsir/controlnet-union-sdxl-1.0: 0 openpose, 1 depth, 2 hed/pidi/scribble/ted,
 # 3 canny/lineart/mlsd, 4 normal, 5 segment (promax adds 6 tile, 7 repaint)
 UNION_MODES = {"openpose": 0, "depth": 1, "normal": 4}
-from ..pipelines.diffusion import XL_LOAD_KEYS  # noqa: E402,F401  (one definition)
 
 
 @dataclass
@@ -332,8 +332,6 @@ def load_xl_components(name: str, dtype: Any = None, union: bool | None = None) 
 def check_xl(options: dict[str, Any]) -> list[str]:
     """What keeps ``options``' SDXL model from loading (empty when it can);
     called when a session opens, before the shot starts."""
-    from ..pipelines.diffusion import option_problems
-
     problems = option_problems(options)
     if problems:
         return problems
@@ -349,7 +347,7 @@ def check_xl(options: dict[str, Any]) -> list[str]:
 
 
 def sdxl_factory(options: dict[str, Any], device: str) -> RestyleXLPipeline:
-    """Factory of ``sdxl-controlnet`` (load keys :data:`XL_LOAD_KEYS`): tiny
+    """Factory of ``sdxl-controlnet`` (load keys :data:`.options.XL_LOAD_KEYS`): tiny
     random components (``tiny``, ``tiny_seed``, ``tiny_controlnets``, ``union``)
     or registry model ``model`` (default "sdxl"); ``engine``: "torch" or "onnx"."""
     import torch

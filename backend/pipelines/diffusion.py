@@ -1,7 +1,9 @@
-"""Registers the diffusion pipelines when torch and diffusers are installed.
+"""The diffusion pipelines' factories, registered by :func:`register_all` when torch
+and diffusers are installed (the registry calls it; importing registers nothing).
 
 ``sd15-controlnet``: :class:`painted_skin.backend.diffusion.controlnet_pipeline.RestylePipeline`.
-Load options (``LOAD_KEYS``; the backend keeps one instance per distinct value)::
+Load options (``LOAD_KEYS`` of :mod:`..diffusion.options`; the backend keeps one
+instance per distinct value)::
 
     model: "sd15"              a model of the registry
     (the registry file is the backend's, $PAINTED_SKIN_MODELS or the example: a client
@@ -17,9 +19,8 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-from . import register
-
-LOAD_KEYS = ("model", "tiny", "tiny_seed", "tiny_controlnets", "dtype", "engine")
+from ..diffusion.options import LOAD_KEYS, XL_LOAD_KEYS, option_problems
+from .registry import register
 
 
 def available() -> bool:
@@ -28,22 +29,6 @@ def available() -> bool:
     here = __package__.rsplit(".", 1)[0] + ".diffusion.components"
     return all(importlib.util.find_spec(m) is not None
                for m in ("torch", "diffusers", "transformers", here))
-
-
-def option_problems(options: dict[str, Any]) -> list[str]:
-    """The checks of the options SD 1.5 and SDXL share (registry, steps, cross-frame,
-    engine): told on OPEN, before the shot starts."""
-    if "registry" in options:
-        return ["option 'registry' is not accepted from clients: set PAINTED_SKIN_MODELS "
-                "where the backend runs"]
-    steps = options.get("steps", 4)
-    if not isinstance(steps, int) or not 1 <= steps <= 100:
-        return [f"steps {steps!r} must be a whole number from 1 to 100"]
-    cf = options.get("cross_frame")
-    if cf not in (None, False, "off", "first", "previous"):
-        return [f"cross_frame {cf!r} must be \"first\", \"previous\" or absent"]
-    problem = engine_problem(options)
-    return [problem] if problem else []
 
 
 def check(options: dict[str, Any]) -> list[str]:
@@ -66,15 +51,6 @@ def check(options: dict[str, Any]) -> list[str]:
     from ..diffusion.components import check_weights
 
     return check_weights(registry[name])
-
-
-def engine_problem(options: dict[str, Any]) -> str | None:
-    """What is wrong with ``options``' engine choice (None when nothing): told on
-    OPEN rather than found on the first frame."""
-    engine = options.get("engine", "torch")
-    if engine not in ("torch", "onnx"):
-        return f"engine {engine!r} must be \"torch\" or \"onnx\""
-    return None
 
 
 def sd15_controlnet(options: dict[str, Any], device: str) -> Any:
@@ -116,9 +92,7 @@ def register_all() -> bool:
     return True
 
 
-# SDXL is imported on first use: importing it here would import the pipelines
-# package from inside itself (controlnet_pipeline -> pipelines -> this module).
-XL_LOAD_KEYS = ("model", "tiny", "tiny_seed", "tiny_controlnets", "union", "dtype", "engine")
+# SDXL's code (torch, diffusers) is imported when a pipeline is created or checked.
 
 
 def _sdxl_factory(options: dict[str, Any], device: str) -> Any:
@@ -132,5 +106,3 @@ def _check_xl(options: dict[str, Any]) -> list[str]:
 
     return check_xl(options)
 
-
-register_all()

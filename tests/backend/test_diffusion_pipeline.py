@@ -147,9 +147,7 @@ def test_ip_adapter_with_random_weights(pipe: RestylePipeline) -> None:
 
 
 def test_registered_pipeline_through_create() -> None:
-    from painted_skin.backend.pipelines import diffusion  # noqa: F401  (registers)
-
-    assert "sd15-controlnet" in pipelines.names()
+    assert "sd15-controlnet" in pipelines.register_builtin()
     entry = pipelines.get("sd15-controlnet")
     assert entry.size_multiple == 8 and "tiny" in entry.load_keys
     p = pipelines.create("sd15-controlnet", {"tiny": True}, "cpu")
@@ -160,7 +158,7 @@ def test_registered_pipeline_through_create() -> None:
             frame=0, state=state)
     assert out.shape == (H, W, 3) and out.dtype == np.uint8 and calls == [1, 2, 3, 4]
     assert getattr(p, "stateful", False) and state["frame"] == 0
-    assert diffusion.check({"tiny": True}) == []
+    assert entry.check({"tiny": True}) == []
 
 
 def test_options_of_one_session_do_not_stick_to_the_next():

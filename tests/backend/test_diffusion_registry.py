@@ -147,8 +147,52 @@ def test_modules_import_in_any_order(first) -> None:
     import subprocess
     import sys
 
-    code = f"import {first}; from painted_skin.backend import pipelines; print(pipelines.names())"
+    code = (f"import {first}; from painted_skin.backend import pipelines; "
+            "print(pipelines.register_builtin())")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "sdxl-controlnet" in done.stdout
+
+
+def test_importing_the_pipelines_registers_nothing_and_loads_no_torch() -> None:
+    """The registry is filled by the server's (or the CLI's) explicit call: importing the
+    package has no side effect, and costs no torch import (the echo backend in a stock
+    Blender, and the server's start, stay light)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from painted_skin.backend import pipelines; "
+            "print(pipelines.names(), 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["[]", "False"]
+
+
+@pytest.mark.parametrize("value, mode", [(None, None), (False, None), ("", None),
+                                         ("off", None), ("none", None), (True, "first"),
+                                         ("first", "first"), ("previous", "previous")])
+def test_every_cross_frame_reader_agrees_on_its_values(value, mode) -> None:
+    """The OPEN check, the parser the pipelines run and the server's cache rule read one
+    vocabulary: what the check accepts the pipeline runs, and "off" is cacheable."""
+    from painted_skin.backend.diffusion.options import option_problems, parse_cross_frame
+    from painted_skin.backend.pipelines import may_cache
+
+    assert option_problems({"cross_frame": value}) == []
+    assert parse_cross_frame(value) == mode
+
+    class Stateful:
+        stateful = True
+
+    assert may_cache(Stateful(), {"temporal": False, "cross_frame": value}) is (mode is None)
+
+
+@pytest.mark.parametrize("value", ["sideways", 3, ["first"]])
+def test_a_bad_cross_frame_is_told_on_open(value) -> None:
+    from painted_skin.backend.diffusion.options import option_problems, parse_cross_frame
+
+    (problem,) = option_problems({"cross_frame": value})
+    assert "cross_frame" in problem and "first" in problem
+    with pytest.raises(ValueError):
+        parse_cross_frame(value)

@@ -14,6 +14,8 @@ from painted_skin.backend.skin import registry  # noqa: E402
 from painted_skin.backend.skin import synthetic as S  # noqa: E402
 from painted_skin.backend.skin import testing as X  # noqa: E402
 
+pipelines.register_builtin()
+
 
 @pytest.fixture(scope="module")
 def registry_file(tmp_path_factory):

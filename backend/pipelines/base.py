@@ -1,0 +1,81 @@
+"""The pipeline contract: what the server calls, what a pipeline may tell it.
+
+A pipeline turns the control passes of one frame into an RGB image::
+
+    rgb = pipe(passes, prompt="", negative_prompt="", seed=7, width=512, height=512,
+               refs=[], options={}, callback=lambda step, steps: True, frame=3, state={})
+
+``callback(step, steps)`` is called after each step (1..steps) and returns False to
+stop: the pipeline then raises :class:`Cancelled` (the diffusers
+``callback_on_step_end`` idea). A pipeline may also have ``prepare(width=, height=,
+options=, refs=)`` (e.g. export ONNX graphs for the session's frame size), called on
+OPEN, and ``prepared(...) -> bool`` (True: OPENED at once).
+
+This module imports nothing heavy (no torch, no onnxruntime), so the server, the echo
+pipeline and the diffusion code all share it without importing one another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+StepCallback = Callable[[int, int], bool]
+
+# The values of ``cross_frame`` that mean "off" (one definition: the server's cache
+# rule, the diffusion option check and the cross-frame parser agree on it).
+CROSS_FRAME_OFF = (None, False, "", "off", "none")
+
+
+class Cancelled(Exception):
+    """Raised by a pipeline when its step callback asked it to stop."""
+
+
+class Pipeline(Protocol):
+    """``frame``: the frame number; ``state``: a dict private to the session that lives
+    as long as it (temporal pipelines keep the previous frame there). A pipeline whose
+    picture depends on more than the frame's passes (that previous frame, a cross-frame
+    anchor) sets ``stateful = True``: the server then never answers its frames from the
+    result cache (see :func:`may_cache`)."""
+
+    def __call__(self, passes: dict[str, np.ndarray], *, prompt: str, negative_prompt: str,
+                 seed: int, width: int, height: int, refs: list[np.ndarray],
+                 options: dict[str, Any], callback: StepCallback, frame: int | None = None,
+                 state: dict[str, Any] | None = None) -> np.ndarray: ...
+
+
+Factory = Callable[[dict[str, Any], str], Pipeline]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A registered pipeline. ``load_keys``: the options that change what the factory
+    loads (the backend keeps one instance per distinct value); ``size_multiple``:
+    width/height must be multiples of it; ``check(options)`` lists what keeps those
+    options from loading (told on OPEN instead of failing on frame 0);
+    ``load_defaults``: the factory's value for a load key the options leave out (an
+    option given as its default shares the instance loaded without it)."""
+
+    name: str
+    factory: Factory
+    load_keys: tuple[str, ...] = ()
+    size_multiple: int = 1
+    check: Callable[[dict[str, Any]], list[str]] | None = None
+    load_defaults: dict[str, Any] = field(default_factory=dict)
+
+
+def may_cache(pipe: object, options: dict[str, Any]) -> bool:
+    """Whether a frame of ``pipe`` under ``options`` may be answered from (and stored
+    in) the result cache: only when its picture depends on its passes and settings
+    alone. A temporal frame depends on the previous output and a cross-frame one on its
+    anchor (both kept in the session's state), so a cached answer would be wrong — and
+    would skip recording the anchor the next frames attend to."""
+    if options.get("cache", True) is False:
+        return False
+    if not getattr(pipe, "stateful", False):
+        return True
+    return not options.get("temporal", True) and \
+        options.get("cross_frame") in CROSS_FRAME_OFF
