@@ -15,7 +15,7 @@ this CPU:
    same loop over the exported graphs, which hold exact rewrites: attention as
    one MultiHeadAttention node, the ControlNets' conditioning embeddings once
    a frame instead of once a step, upsampling convolutions on the small grid
-   (see :mod:`backend.diffusion.export`). Measured on 2 cores: ~1.8-1.9x.
+   (see :mod:`backend.diffusion.onnx.export`). Measured on 2 cores: ~1.8-1.9x.
 2. The warping error (Lai et al. 2018, with the renderer's flow and occlusion
    mask) of temporal mode against independent frames on a generated shot
    (:func:`temporal.synthetic_shot`, 6 frames); the ratio temporal / independent.
@@ -49,12 +49,10 @@ def sd15_components(block_out_channels: tuple[int, ...] = (32, 64, 128, 128),
     from diffusers import AutoencoderKL, ControlNetModel, DDIMScheduler, UNet2DConditionModel
     from transformers import CLIPTextConfig, CLIPTextModel
 
-    from ..backend.diffusion.components import (
-        CONTROL_KINDS,
-        Components,
-        _randomize_zero_convs,
-        tiny_tokenizer,
-    )
+    from ..backend.diffusion.components import CONTROL_KINDS, Components
+
+    # The control-image embedding narrowed with the rest: at full width it would be a
+    from ..backend.diffusion.tiny import randomize_zero_convs, tiny_tokenizer
 
     # The control-image embedding narrowed with the rest: at full width it would be a
     # quarter of each reduced-width step (2-3 % in real SD1.5 at 512²), overweighting
@@ -74,7 +72,7 @@ def sd15_components(block_out_channels: tuple[int, ...] = (32, 64, 128, 128),
             torch.manual_seed(seed * 1000 + 17 + i)
             cns[kind] = ControlNetModel(
                 conditioning_embedding_out_channels=cond_channels, **common)
-            _randomize_zero_convs(cns[kind], std=0.02)
+            randomize_zero_convs(cns[kind], std=0.02)
         torch.manual_seed(seed * 1000 + 7)
         vc = list(vae_channels or block_out_channels)
         vae = AutoencoderKL(block_out_channels=vc, in_channels=3, out_channels=3,
@@ -133,7 +131,7 @@ def main(size: int = 256, frames: int = 5, steps: int = 4, shot_frames: int = 6,
 
     from ..backend.diffusion import temporal as T
     from ..backend.diffusion.controlnet_pipeline import RestylePipeline
-    from ..backend.diffusion.onnx_engine import OnnxRestylePipeline
+    from ..backend.diffusion.onnx.pipeline import OnnxRestylePipeline
 
     t0 = time.perf_counter()
     shot = T.synthetic_shot(max(shot_frames, 2), size, size, speed=size / 64)

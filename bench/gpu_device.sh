@@ -33,8 +33,7 @@ PIP_PLATFORM=(--only-binary=:all: --python-version 3.12 --implementation cp
 
 mib() { awk -v b="$1" 'BEGIN {printf "%.2f", b / 1048576}'; }
 
-wheels() { "$PY" -c 'import sys; from painted_skin.bench.gpu import wheels_main
-sys.exit(wheels_main(sys.argv[1:]))' "$@"; }
+wheels() { "$PY" tools/device_wheels.py "$@"; }
 
 prepare() {
   local dry=0 ortgpu=0 a

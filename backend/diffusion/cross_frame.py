@@ -36,7 +36,7 @@ Loading an IP-Adapter resets every processor of the UNet: enable afterwards
 (:func:`cross_frame_session` installs lazily, so this only matters for manual use).
 The onnx engine keeps the same anchor rules (:func:`begin_run`, :func:`end_run`)
 with the anchor's keys and values instead of its hidden states
-(:mod:`.onnx_cross_frame`).
+(:mod:`.onnx.cross_frame`).
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ class CrossFrameAttnProcessor:
         if not plain:
             if run.record is not None:
                 run.record.setdefault(self.name, {})[run.timestep] = hidden_states.detach().clone()
-            anchor = _nearest(run.attend, self.name, run.timestep)
+            anchor = nearest_anchor(run.attend, self.name, run.timestep)
             if anchor is not None and (anchor.shape[0] != hidden_states.shape[0]
                                        or anchor.shape[2] != hidden_states.shape[2]):
                 anchor = None
@@ -139,7 +139,9 @@ class CrossFrameAttnProcessor:
         return _attend(attn, hidden_states, anchor.to(hidden_states.device, hidden_states.dtype))
 
 
-def _nearest(cache: Cache | None, name: str, t: float) -> Any:
+def nearest_anchor(cache: Cache | None, name: str, t: float) -> Any:
+    """The anchor's recorded states of layer ``name`` at the step nearest ``t`` (the
+    torch processors and the onnx engine both look them up so)."""
     steps = cache.get(name) if cache else None
     if not steps:
         return None

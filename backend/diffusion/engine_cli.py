@@ -20,8 +20,9 @@ def cmd_export_onnx(args: argparse.Namespace) -> int:
     """Export (or find in the cache) the graphs; prints the folder."""
     import torch
 
-    from .components import load_components, load_registry, tiny_components
-    from .export import ExportSpec, export_components, parse_size
+    from .components import load_components, load_registry
+    from .onnx.export import ExportSpec, export_components, parse_size
+    from .tiny import tiny_components
 
     width, height = parse_size(args.size)
     if args.union and not args.xl:

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from . import components as C
+from . import tiny
 from .components import CONTROL_KINDS, Components
 from .controlnet_pipeline import DEFAULT_CONTROL, RestylePipeline
 from .options import option_problems
@@ -189,7 +190,7 @@ def tiny_xl_components(seed: int = 0, union: bool = False, n_controlnets: int = 
             for i, kind in enumerate(CONTROL_KINDS[:n_controlnets]):
                 torch.manual_seed(seed * 1000 + 17 + i)
                 cns[kind] = ControlNetModel(**xl, conditioning_embedding_out_channels=(16, 32))
-                C._randomize_zero_convs(cns[kind])
+                tiny.randomize_zero_convs(cns[kind])
         torch.manual_seed(seed * 1000 + 7)
         vae = AutoencoderKL(block_out_channels=[32, 64], in_channels=3, out_channels=3,
                             down_block_types=["DownEncoderBlock2D"] * 2,
@@ -206,8 +207,8 @@ def tiny_xl_components(seed: int = 0, union: bool = False, n_controlnets: int = 
                                    beta_schedule="scaled_linear", timestep_spacing="leading")
     for m in (unet, vae, te, te2, *cns.values(), *([un] if un is not None else [])):
         m.eval()
-    return XLComponents(unet, vae, te, C.tiny_tokenizer(), sched, cns, scheduler_name=scheduler,
-                        name="tiny-xl", text_encoder_2=te2, tokenizer_2=C.tiny_tokenizer(),
+    return XLComponents(unet, vae, te, tiny.tiny_tokenizer(), sched, cns, scheduler_name=scheduler,
+                        name="tiny-xl", text_encoder_2=te2, tokenizer_2=tiny.tiny_tokenizer(),
                         union=un)
 
 
@@ -215,7 +216,7 @@ def _randomize_union(un: Any, std: float = 0.1) -> None:
     """Small random weights in the union net's zero-initialised layers."""
     import torch
 
-    C._randomize_zero_convs(un)
+    tiny.randomize_zero_convs(un)
     with torch.no_grad():
         for prm in un.spatial_ch_projs.parameters():
             prm.normal_(0.0, std)
@@ -259,7 +260,7 @@ def check_xl_weights(entry: C.ModelEntry, union: C.Source | None,
         if lacking:
             problems.append(f"base: {folder} lacks {', '.join(lacking)} (not an SDXL model?)")
     if union is not None:
-        problems += C._check("controlnet union", union, "model", entry, probe_hub)
+        problems += C.check_source("controlnet union", union, "model", entry, probe_hub)
     if not entry.controlnets and union is None:
         problems.append(f"model {entry.name!r}: needs 'controlnets' or 'controlnet_union'")
     return problems
@@ -290,13 +291,13 @@ def load_xl_components(name: str, dtype: Any = None, union: bool | None = None) 
         raise C.MissingWeights(name, problems)
     dtype = dtype or torch.float32
     lfo = {"local_files_only": C.offline(entry)}
-    base, kw = C._ref(entry.base)
+    base, kw = C.source_ref(entry.base)
 
     def sub(part: str) -> dict[str, Any]:
         return {"subfolder": f"{kw['subfolder']}/{part}" if kw else part, **lfo}
 
     def model(kind: str, cls: Any, src: C.Source) -> Any:
-        ref, rkw = C._ref(src)
+        ref, rkw = C.source_ref(src)
         return C.load_named(entry.name, kind, src, cls.from_pretrained, ref, torch_dtype=dtype,
                             **rkw, **lfo)
 
@@ -323,7 +324,7 @@ def load_xl_components(name: str, dtype: Any = None, union: bool | None = None) 
 
         enc = model("ip_adapter image_encoder", CLIPVisionModelWithProjection,
                     entry.ip_adapter.image_encoder)
-        proc = C._image_processor(224)
+        proc = C.image_processor(224)
     return XLComponents(unet, vae, te, tok, sched, cns, enc, proc, list(entry.loras),
                         entry.ip_adapter, entry.scheduler, entry.name, text_encoder_2=te2,
                         tokenizer_2=tok2, union=un, union_modes=modes)
@@ -362,7 +363,7 @@ def sdxl_factory(options: dict[str, Any], device: str) -> RestyleXLPipeline:
         comps = load_xl_components(str(options.get("model", "sdxl")), tdtype,
                                    None if union is None else bool(union))
     if options.get("engine", "torch") == "onnx":
-        from .onnx_xl import OnnxRestyleXLPipeline
+        from .onnx.xl import OnnxRestyleXLPipeline
 
         return OnnxRestyleXLPipeline(comps, device, tdtype)
     return RestyleXLPipeline(comps, device, tdtype)

@@ -58,8 +58,9 @@ def sd15_controlnet(options: dict[str, Any], device: str) -> Any:
     missing component before anything loads)."""
     import torch
 
-    from ..diffusion.components import load_components, load_registry, tiny_components
+    from ..diffusion.components import load_components, load_registry
     from ..diffusion.controlnet_pipeline import RestylePipeline
+    from ..diffusion.tiny import tiny_components
 
     dtype = options.get("dtype")
     tdtype = getattr(torch, dtype) if isinstance(dtype, str) else None
@@ -74,7 +75,7 @@ def sd15_controlnet(options: dict[str, Any], device: str) -> Any:
                            f"(it has: {', '.join(sorted(registry))})")
         comps = load_components(registry[name], tdtype)
     if options.get("engine", "torch") == "onnx":
-        from ..diffusion.onnx_engine import OnnxRestylePipeline
+        from ..diffusion.onnx.pipeline import OnnxRestylePipeline
 
         return OnnxRestylePipeline(comps, device, tdtype)
     return RestylePipeline(comps, device, tdtype)

@@ -11,7 +11,6 @@ pytest.importorskip("diffusers")
 
 from painted_skin.backend import pipelines  # noqa: E402
 from painted_skin.backend.diffusion import temporal as T  # noqa: E402
-from painted_skin.backend.diffusion.components import tiny_components  # noqa: E402
 from painted_skin.backend.diffusion.controlnet_pipeline import RestylePipeline  # noqa: E402
 from painted_skin.backend.diffusion.cross_frame import (  # noqa: E402
     CrossFrameAttnProcessor,
@@ -27,6 +26,7 @@ from painted_skin.backend.diffusion.sdxl_pipeline import (  # noqa: E402
     tiny_xl_components,
 )
 from painted_skin.backend.diffusion.seeds import frame_seed  # noqa: E402
+from painted_skin.backend.diffusion.tiny import tiny_components  # noqa: E402
 
 H = W = 64
 STATIC = T.synthetic_shot(1, H, W)[0]  # a static shot: every frame has these passes

@@ -10,16 +10,12 @@ pytest.importorskip("diffusers")
 
 from painted_skin.backend import pipelines  # noqa: E402
 from painted_skin.backend.diffusion import temporal as T  # noqa: E402
-from painted_skin.backend.diffusion.components import (  # noqa: E402
-    random_ip_adapter,
-    random_lora,
-    tiny_components,
-)
 from painted_skin.backend.diffusion.controlnet_pipeline import (  # noqa: E402
     RestylePipeline,
     depth_control,
 )
 from painted_skin.backend.diffusion.seeds import frame_seed  # noqa: E402
+from painted_skin.backend.diffusion.tiny import random_ip_adapter, random_lora, tiny_components  # noqa: E402
 
 H = W = 64
 SHOT = T.synthetic_shot(4, H, W, speed=2)
@@ -164,9 +160,9 @@ def test_registered_pipeline_through_create() -> None:
 def test_options_of_one_session_do_not_stick_to_the_next():
     """The backend shares one pipeline between sessions: a session that names a
     scheduler must not change the pictures of a session that does not."""
-    from painted_skin.backend.diffusion.components import tiny_components
     from painted_skin.backend.diffusion.controlnet_pipeline import RestylePipeline
     from painted_skin.backend.diffusion.temporal import synthetic_shot
+    from painted_skin.backend.diffusion.tiny import tiny_components
 
     passes = synthetic_shot(1, 32, 32)[0]
     kw = {"prompt": "x", "negative_prompt": "", "seed": 5, "width": 32, "height": 32,

@@ -10,6 +10,7 @@ pytest.importorskip("diffusers")
 
 from painted_skin.backend.diffusion import components as C  # noqa: E402
 from painted_skin.backend.diffusion import temporal as T  # noqa: E402
+from painted_skin.backend.diffusion.tiny import tiny_components  # noqa: E402
 
 
 @pytest.fixture
@@ -88,7 +89,7 @@ def test_bad_registry_entries(tmp_path) -> None:
 def test_local_folders_load_and_missing_files_are_named(tmp_path) -> None:
     from diffusers import StableDiffusionPipeline
 
-    comps = C.tiny_components(3, n_controlnets=2, image_encoder=False)
+    comps = tiny_components(3, n_controlnets=2, image_encoder=False)
     StableDiffusionPipeline(comps.vae, comps.text_encoder, comps.tokenizer, comps.unet,
                             comps.scheduler, None, None, requires_safety_checker=False
                             ).save_pretrained(tmp_path / "base")

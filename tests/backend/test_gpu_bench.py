@@ -11,6 +11,7 @@ H200 is checked offline.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -29,6 +30,10 @@ pytest.importorskip("packaging")
 from painted_skin.bench import gpu as G  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
+# The device wheel planner is a repository tool (tools/), not part of the package.
+_spec = importlib.util.spec_from_file_location("device_wheels", REPO / "tools" / "device_wheels.py")
+W = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(W)
 
 KINDS_SAMPLE = """\
 | pip list, as a session saw it | 2026-11, in sessions' own output there: python3 is \
@@ -60,7 +65,7 @@ def test_smoke_runs_the_gpu_code_path_on_the_cpu(tmp_path: Path) -> None:
     import onnxruntime as ort
 
     out = tmp_path / "gpu.json"
-    code = RUN_SMOKE.format(blocked=G.BLOCKED, cache=str(tmp_path / "onnx"), json=str(out))
+    code = RUN_SMOKE.format(blocked=W.BLOCKED, cache=str(tmp_path / "onnx"), json=str(out))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=300, cwd=tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -117,29 +122,29 @@ def test_budget_skips_the_engines_and_still_reports(capsys: pytest.CaptureFixtur
 
 
 def test_device_packages_from_kinds_text() -> None:
-    dev = G.device_packages(KINDS_SAMPLE)
+    dev = W.device_packages(KINDS_SAMPLE)
     assert dev["torch"] == "2.11.0" and dev["huggingface-hub"] == "1.33.0"
     assert dev["regex"] is None and dev["zipp"] is None
     assert "diffusers" not in dev and "pyzmq" not in dev
-    assert G.device_packages(None) == G.DEVICE_FALLBACK
-    real = Path(G.KINDS_MD)
+    assert W.device_packages(None) == W.DEVICE_FALLBACK
+    real = Path(W.KINDS_MD)
     if real.is_file():  # the workplace's own description of the H200 image
-        d = G.device_packages(real.read_text())
+        d = W.device_packages(real.read_text())
         assert d.get("torch") and "diffusers" not in d and "pyzmq" not in d
 
 
 def test_wheel_plan_carries_diffusers_and_what_the_device_lacks() -> None:
     from importlib.metadata import version
 
-    plan, notes = G.plan_wheels(G.device_packages(KINDS_SAMPLE))
+    plan, notes = W.plan_wheels(W.device_packages(KINDS_SAMPLE))
     specs = [s for s, _ in plan]
     assert specs == [f"diffusers=={version('diffusers')}"]
     assert not any("zmq" in s or "importlib" in s.lower() for s in specs)
     assert any(n.startswith("huggingface-hub") and "on the device (1.33.0)" in n for n in notes)
     # a requirement missing there, or there at a version outside the specifier, travels
-    lacking = {k: v for k, v in G.device_packages(KINDS_SAMPLE).items() if k != "regex"}
+    lacking = {k: v for k, v in W.device_packages(KINDS_SAMPLE).items() if k != "regex"}
     lacking["huggingface-hub"] = "0.20.0"
-    specs = [s for s, _ in G.plan_wheels(lacking)[0]]
+    specs = [s for s, _ in W.plan_wheels(lacking)[0]]
     assert f"regex=={version('regex')}" in specs
     assert any(s.startswith("huggingface") and s.endswith(version("huggingface_hub"))
                for s in specs)
@@ -152,13 +157,13 @@ def _wheel(folder: Path, name: str, ver: str, requires: list[str]) -> None:
 
 
 def test_check_wheels_reports_unmet_requirements(tmp_path: Path) -> None:
-    dev = G.device_packages(KINDS_SAMPLE)
+    dev = W.device_packages(KINDS_SAMPLE)
     _wheel(tmp_path, "diffusers", "0.42.1",
            ["numpy", "huggingface-hub>=1.32.0", "importlib_metadata",
             "pytest; extra == 'test'", "tomli; python_version < '3.11'"])
-    assert G.check_wheels(str(tmp_path), dev) == []
+    assert W.check_wheels(str(tmp_path), dev) == []
     _wheel(tmp_path, "extra_pkg", "1.0", ["torch>=2.12", "no-such-thing"])
-    problems = G.check_wheels(str(tmp_path), dev)
+    problems = W.check_wheels(str(tmp_path), dev)
     assert any("torch>=2.12: 2.11.0 there" in p for p in problems)
     assert any("no-such-thing" in p and "neither carried" in p for p in problems)
 

@@ -17,17 +17,18 @@ pytest.importorskip("diffusers")
 
 import torch  # noqa: E402
 from painted_skin.backend import pipelines  # noqa: E402
-from painted_skin.backend.diffusion import export as E  # noqa: E402
-from painted_skin.backend.diffusion import onnx_cross_frame as X  # noqa: E402
-from painted_skin.backend.diffusion import onnx_engine as O  # noqa: E402
 from painted_skin.backend.diffusion import temporal as T  # noqa: E402
-from painted_skin.backend.diffusion.components import tiny_components  # noqa: E402
 from painted_skin.backend.diffusion.controlnet_pipeline import RestylePipeline  # noqa: E402
 from painted_skin.backend.diffusion.cross_frame import (  # noqa: E402
     _Run,
     enable_cross_frame_attention,
 )
+from painted_skin.backend.diffusion.onnx import cross_frame as X  # noqa: E402
+from painted_skin.backend.diffusion.onnx import engine as OE  # noqa: E402
+from painted_skin.backend.diffusion.onnx import export as E  # noqa: E402
+from painted_skin.backend.diffusion.onnx import pipeline as OP  # noqa: E402
 from painted_skin.backend.diffusion.seeds import frame_seed  # noqa: E402
+from painted_skin.backend.diffusion.tiny import tiny_components  # noqa: E402
 
 H = W = 64
 SHOT = T.synthetic_shot(3, H, W, speed=2)
@@ -55,7 +56,7 @@ def cache(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="module")
 def pipes(cache):
     return (RestylePipeline(amplified()),
-            O.OnnxRestylePipeline(amplified(), cache_dir=cache, dynamo=False))
+            OP.OnnxRestylePipeline(amplified(), cache_dir=cache, dynamo=False))
 
 
 def _close(a: np.ndarray, b: np.ndarray) -> None:
@@ -70,7 +71,7 @@ def test_graph_attends_to_the_anchor_like_the_torch_processors(cache) -> None:
 
     c = amplified()
     folder = E.export_components(c, E.ExportSpec(H, W, cross_frame=True), cache, dynamo=False)
-    eng = O.OnnxEngine(folder, "cpu")
+    eng = OE.OnnxEngine(folder, "cpu")
     torch_layers = [n.removesuffix(".processor") for n in c.unet.attn_processors
                     if n.endswith("attn1.processor")]
     assert eng.cross_layers == torch_layers and len(torch_layers) == 6
@@ -198,7 +199,7 @@ def test_variant_is_cached_apart_and_accepted_at_open(pipes, cache) -> None:
     folders = {p.name for p in cache.iterdir() if not p.name.startswith(".")}
     assert any("-xf-" in n for n in folders)
     plain_folder = E.export_components(comps, plain, cache, dynamo=False)
-    eng_plain = O.OnnxEngine(plain_folder, "cpu")
+    eng_plain = OE.OnnxEngine(plain_folder, "cpu")
     assert not eng_plain.cross_layers and X.USE not in eng_plain.inputs(E.UNET)
     assert eng_plain.manifest["graphs"][E.UNET]["outputs"] == ["noise_pred"]
 
@@ -208,7 +209,7 @@ def test_sdxl_frames_match_the_torch_engine(cache) -> None:
     """The same graph variant for SDXL (12 self-attention layers; the amplified tiny
     SDXL of tests/backend/test_cross_frame.py, where attention moves the picture by
     tens of levels)."""
-    from painted_skin.backend.diffusion.onnx_xl import OnnxRestyleXLPipeline
+    from painted_skin.backend.diffusion.onnx.xl import OnnxRestyleXLPipeline
     from painted_skin.backend.diffusion.sdxl_pipeline import (
         RestyleXLPipeline,
         tiny_xl_components,

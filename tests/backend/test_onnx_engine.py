@@ -18,14 +18,13 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("diffusers")
 
 import torch  # noqa: E402
-from painted_skin.backend.diffusion import export as E  # noqa: E402
-from painted_skin.backend.diffusion import onnx_engine as O  # noqa: E402
 from painted_skin.backend.diffusion import temporal as T  # noqa: E402
-from painted_skin.backend.diffusion.components import (  # noqa: E402
-    random_ip_adapter,
-    tiny_components,
-)
 from painted_skin.backend.diffusion.controlnet_pipeline import RestylePipeline  # noqa: E402
+from painted_skin.backend.diffusion.onnx import engine as OE  # noqa: E402
+from painted_skin.backend.diffusion.onnx import export as E  # noqa: E402
+from painted_skin.backend.diffusion.onnx import pipeline as OP  # noqa: E402
+from painted_skin.backend.diffusion.onnx import runtime as RT  # noqa: E402
+from painted_skin.backend.diffusion.tiny import random_ip_adapter, tiny_components  # noqa: E402
 
 H = W = 64
 SHOT = T.synthetic_shot(3, H, W, speed=2)
@@ -49,13 +48,13 @@ def folder(comps, cache):
 
 @pytest.fixture(scope="module")
 def engine(folder):
-    return O.OnnxEngine(folder, "auto")
+    return OE.OnnxEngine(folder, "auto")
 
 
 @pytest.fixture(scope="module")
 def pipes(cache):
     tp = RestylePipeline(tiny_components(0))
-    op = O.OnnxRestylePipeline(tiny_components(0), cache_dir=cache, dynamo=False)
+    op = OP.OnnxRestylePipeline(tiny_components(0), cache_dir=cache, dynamo=False)
     return tp, op
 
 
@@ -122,7 +121,7 @@ def test_lcm_4_steps_image_matches_torch(pipes) -> None:
     b = tp.run(SHOT[0], **kw)
     assert steps == [1, 2, 3, 4] and a.image.shape == (H, W, 3)
     _close(a.image, b.image)
-    assert set(op.providers[E.UNET]) == {O.CPU}
+    assert set(op.providers[E.UNET]) == {RT.CPU}
 
 
 def test_cfg_and_temporal_frames_match_torch(pipes) -> None:
@@ -172,23 +171,23 @@ def test_failed_export_leaves_no_folder(comps, tmp_path, monkeypatch) -> None:
 
 
 def test_provider_selection(folder, engine, monkeypatch) -> None:
-    assert engine.provider == O.CPU  # this machine: CPU only
-    assert [n for n, _ in O.provider_chain(folder, "auto")][-1] == O.CPU
-    so = O.session_options()
+    assert engine.provider == RT.CPU  # this machine: CPU only
+    assert [n for n, _ in RT.provider_chain(folder, "auto")][-1] == RT.CPU
+    so = RT.session_options()
     import onnxruntime as ort
 
     assert so.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     assert so.intra_op_num_threads >= 1
-    monkeypatch.setattr(O, "available_providers", lambda: [O.TRT, O.CUDA, O.CPU])
-    monkeypatch.setattr(O, "tensorrt_version", lambda: "10.9.0")  # as if libnvinfer loads
-    chain = O.provider_chain(folder, "auto")
-    assert [n for n, _ in chain] == [O.TRT, O.CUDA, O.CPU]
+    monkeypatch.setattr(RT, "available_providers", lambda: [RT.TRT, RT.CUDA, RT.CPU])
+    monkeypatch.setattr(RT, "tensorrt_version", lambda: "10.9.0")  # as if libnvinfer loads
+    chain = RT.provider_chain(folder, "auto")
+    assert [n for n, _ in chain] == [RT.TRT, RT.CUDA, RT.CPU]
     trt, cuda = chain[0][1], chain[1][1]
     assert trt["trt_fp16_enable"] and trt["trt_engine_cache_enable"]
     assert "trt" in trt["trt_engine_cache_path"] and cuda["enable_cuda_graph"]
-    assert [n for n, _ in O.provider_chain(folder, "cuda")] == [O.CUDA, O.CPU]
-    monkeypatch.setattr(O, "available_providers", lambda: [O.CPU])
-    assert [n for n, _ in O.provider_chain(folder, "tensorrt")] == [O.CPU]
+    assert [n for n, _ in RT.provider_chain(folder, "cuda")] == [RT.CUDA, RT.CPU]
+    monkeypatch.setattr(RT, "available_providers", lambda: [RT.CPU])
+    assert [n for n, _ in RT.provider_chain(folder, "tensorrt")] == [RT.CPU]
 
 
 def test_export_cli_hits_the_cache(cache, folder, capsys) -> None:
@@ -256,7 +255,7 @@ def test_ip_adapter_matches_torch(cache) -> None:
         return c
 
     tp = RestylePipeline(comps())
-    op = O.OnnxRestylePipeline(comps(), cache_dir=cache, dynamo=False)
+    op = OP.OnnxRestylePipeline(comps(), cache_dir=cache, dynamo=False)
     rng = np.random.default_rng(0)
     refs = [rng.integers(0, 256, (40, 40, 3), dtype=np.uint8) for _ in range(2)]
     kw = dict(prompt="a knight", seed=3, width=W, height=H)
@@ -298,7 +297,7 @@ def test_ip_adapter_matches_torch(cache) -> None:
 
 
 def test_prepare_exports_before_the_first_frame(cache) -> None:
-    op = O.OnnxRestylePipeline(tiny_components(0), cache_dir=cache, dynamo=False)
+    op = OP.OnnxRestylePipeline(tiny_components(0), cache_dir=cache, dynamo=False)
     assert not op.prepared(width=W, height=H, options={})
     op.prepare(width=W, height=H, options={})
     assert op.prepared(width=W, height=H, options={}) and op.providers[E.UNET]
@@ -314,7 +313,7 @@ def test_dynamo_export_parity(tmp_path) -> None:
 
     ops = [n.op_type for n in onnx.load(str(folder / "unet_controlnets.onnx")).graph.node]
     assert ops.count("MultiHeadAttention") == (2 + 1 + 3 + 2 * (2 + 1)) * 2
-    eng = O.OnnxEngine(folder, "cpu")
+    eng = OE.OnnxEngine(folder, "cpu")
     g = torch.Generator().manual_seed(0)
     z = torch.randn(1, 4, H // 2, W // 2, generator=g)
     with torch.no_grad():
@@ -337,10 +336,10 @@ def test_loaded_engines_are_bounded_most_recent_kept(pipes, monkeypatch) -> None
         def new_frame(self) -> None:
             pass
 
-    monkeypatch.setattr(O, "export_components", lambda comps, spec, *a, **k: (
+    monkeypatch.setattr(OP, "export_components", lambda comps, spec, *a, **k: (
         spec.height, spec.width, spec.ip_images))
-    monkeypatch.setattr(O, "OnnxEngine", FakeEngine)
-    monkeypatch.setattr(O, "MAX_ENGINES", 2)
+    monkeypatch.setattr(OP, "OnnxEngine", FakeEngine)
+    monkeypatch.setattr(OP, "MAX_ENGINES", 2)
     monkeypatch.setattr(host, "engines", {})
     monkeypatch.setattr(host, "engine", None)
     host.prepare(64, 64)
@@ -357,7 +356,7 @@ def test_steady_inputs_are_copied_once_a_frame() -> None:
     """On a GPU provider the inputs are copied into bound buffers: a per-frame input
     (control embedding, prompt keys/values) given as the same tensor again is not
     copied again; any other input always is."""
-    g = O._Graph.__new__(O._Graph)
+    g = RT.Graph.__new__(RT.Graph)
     g._in = {"cond_emb_0": torch.zeros(3), "prompt_key_0": torch.zeros(3),
              "sample": torch.zeros(3)}
     g._last = {}

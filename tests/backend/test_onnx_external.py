@@ -11,7 +11,7 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
 import torch  # noqa: E402
-from painted_skin.backend.diffusion.onnx_external import ALIGN, torchscript_export  # noqa: E402
+from painted_skin.backend.diffusion.onnx.external import ALIGN, torchscript_export  # noqa: E402
 
 
 class _Net(torch.nn.Module):
@@ -55,7 +55,7 @@ def test_weights_are_external_aligned_and_the_graph_matches_torch(tmp_path) -> N
 
 
 def test_a_graph_input_without_a_weight_is_an_error(tmp_path, monkeypatch) -> None:
-    from painted_skin.backend.diffusion import onnx_external
+    from painted_skin.backend.diffusion.onnx import external as onnx_external
 
     monkeypatch.setattr(onnx_external, "_named_tensors", lambda m: {})
     with pytest.raises(RuntimeError, match="no weight"):
@@ -67,8 +67,8 @@ def test_export_cache_folders_are_readable_by_the_farm(tmp_path) -> None:
     """mkdtemp makes 0700 folders: a cache shared by a farm's users must follow the umask."""
     import os
 
-    from painted_skin.backend.diffusion import export as E
-    from painted_skin.backend.diffusion.components import tiny_components
+    from painted_skin.backend.diffusion.onnx import export as E
+    from painted_skin.backend.diffusion.tiny import tiny_components
 
     old = os.umask(0o022)
     from painted_skin.addon.core import atomic

@@ -10,15 +10,12 @@ pytest.importorskip("diffusers")
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from painted_skin.backend.diffusion.components import (  # noqa: E402
-    random_ip_adapter,
-    tiny_components,
-)
-from painted_skin.backend.diffusion.onnx_attention import IPScale, fused_attention  # noqa: E402
-from painted_skin.backend.diffusion.onnx_rewrites import (  # noqa: E402
+from painted_skin.backend.diffusion.onnx.attention import IPScale, fused_attention  # noqa: E402
+from painted_skin.backend.diffusion.onnx.rewrites import (  # noqa: E402
     subpixel_upsampling,
     upsample_conv,
 )
+from painted_skin.backend.diffusion.tiny import random_ip_adapter, tiny_components  # noqa: E402
 
 
 @pytest.mark.parametrize("shape", [(1, 8, 5, 5), (2, 3, 4, 9), (1, 16, 16, 12)])

@@ -14,9 +14,9 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("diffusers")
 
 import torch  # noqa: E402
-from painted_skin.backend.diffusion import export as E  # noqa: E402
-from painted_skin.backend.diffusion import onnx_engine as O  # noqa: E402
 from painted_skin.backend.diffusion import temporal as T  # noqa: E402
+from painted_skin.backend.diffusion.onnx import export as E  # noqa: E402
+from painted_skin.backend.diffusion.onnx import runtime as RT  # noqa: E402
 from painted_skin.backend.diffusion.sdxl_pipeline import (  # noqa: E402
     RestyleXLPipeline,
     tiny_xl_components,
@@ -34,7 +34,7 @@ def cache(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def pipes(cache):
-    from painted_skin.backend.diffusion.onnx_xl import OnnxRestyleXLPipeline
+    from painted_skin.backend.diffusion.onnx.xl import OnnxRestyleXLPipeline
 
     return (RestyleXLPipeline(tiny_xl_components(0)),
             OnnxRestyleXLPipeline(tiny_xl_components(0), cache_dir=cache, dynamo=False))
@@ -90,11 +90,11 @@ def test_sdxl_images_match_torch(pipes) -> None:
         b = tp.run(SHOT[f], seed=f, frame=f, state=s2, width=W, height=H, options=opts)
         assert a.mode == b.mode
         _close(a.image, b.image)
-    assert a.mode == "temporal" and set(op.providers[E.UNET]) == {O.CPU}
+    assert a.mode == "temporal" and set(op.providers[E.UNET]) == {RT.CPU}
 
 
 def test_factory_and_open_checks(cache) -> None:
-    from painted_skin.backend.diffusion.onnx_xl import OnnxRestyleXLPipeline
+    from painted_skin.backend.diffusion.onnx.xl import OnnxRestyleXLPipeline
     from painted_skin.backend.diffusion.sdxl_pipeline import check_xl, sdxl_factory
     from painted_skin.backend.pipelines import diffusion
 
@@ -112,7 +112,7 @@ def test_factory_and_open_checks(cache) -> None:
 
 @pytest.fixture(scope="module")
 def union_pipes(cache):
-    from painted_skin.backend.diffusion.onnx_xl import OnnxRestyleXLPipeline
+    from painted_skin.backend.diffusion.onnx.xl import OnnxRestyleXLPipeline
 
     return (RestyleXLPipeline(tiny_xl_components(0, union=True)),
             OnnxRestyleXLPipeline(tiny_xl_components(0, union=True), cache_dir=cache,
@@ -212,7 +212,7 @@ def test_export_cli_exports_sdxl_graphs(cache, capsys) -> None:
 
 
 def test_fp16_export_of_a_vae_that_needs_upcasting_is_refused() -> None:
-    from painted_skin.backend.diffusion.onnx_xl import check_vae_precision
+    from painted_skin.backend.diffusion.onnx.xl import check_vae_precision
 
     vae = tiny_xl_components(0).vae
     vae.register_to_config(force_upcast=True)

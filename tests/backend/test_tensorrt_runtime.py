@@ -11,8 +11,8 @@ import pytest
 
 pytest.importorskip("onnxruntime")
 
-from painted_skin.backend.diffusion import onnx_engine as O  # noqa: E402
-from painted_skin.backend.diffusion import tensorrt_runtime as R  # noqa: E402
+from painted_skin.backend.diffusion.onnx import runtime as RT  # noqa: E402
+from painted_skin.backend.diffusion.onnx import tensorrt as R  # noqa: E402
 
 
 def test_library_version_codes() -> None:
@@ -40,25 +40,25 @@ def test_version_read_from_the_library_that_loads(tmp_path, monkeypatch) -> None
 
 
 def test_listed_but_unloadable_tensorrt_is_not_chosen(tmp_path, monkeypatch, caplog) -> None:
-    monkeypatch.setattr(O, "available_providers", lambda: [O.TRT, O.CUDA, O.CPU])
-    monkeypatch.setattr(O, "tensorrt_version", lambda: None)
-    O._warn_once.cache_clear()
+    monkeypatch.setattr(RT, "available_providers", lambda: [RT.TRT, RT.CUDA, RT.CPU])
+    monkeypatch.setattr(RT, "tensorrt_version", lambda: None)
+    RT.warn_once.cache_clear()
     with caplog.at_level("WARNING"):
-        assert O.provider_names("auto") == [O.CUDA, O.CPU]
-        assert [n for n, _ in O.provider_chain(tmp_path, "tensorrt")] == [O.CUDA, O.CPU]
+        assert RT.provider_names("auto") == [RT.CUDA, RT.CPU]
+        assert [n for n, _ in RT.provider_chain(tmp_path, "tensorrt")] == [RT.CUDA, RT.CPU]
     assert "tensorrt-cu12" in caplog.text  # the warning names the fix
     assert not (tmp_path / "trt").exists()
-    monkeypatch.setattr(O, "tensorrt_version", lambda: "10.9.0")
-    assert O.provider_names("auto") == [O.TRT, O.CUDA, O.CPU]
+    monkeypatch.setattr(RT, "tensorrt_version", lambda: "10.9.0")
+    assert RT.provider_names("auto") == [RT.TRT, RT.CUDA, RT.CPU]
 
 
 def test_engine_cache_is_keyed_by_tensorrt_version(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(O, "available_providers", lambda: [O.TRT, O.CUDA, O.CPU])
-    monkeypatch.setattr(O, "tensorrt_version", lambda: "10.9.0")
+    monkeypatch.setattr(RT, "available_providers", lambda: [RT.TRT, RT.CUDA, RT.CPU])
+    monkeypatch.setattr(RT, "tensorrt_version", lambda: "10.9.0")
 
     def cache_path(version: str) -> str:
         monkeypatch.setattr(R, "tensorrt_version", lambda: version)
-        trt = dict(O.provider_chain(tmp_path, "auto"))[O.TRT]
+        trt = dict(RT.provider_chain(tmp_path, "auto"))[RT.TRT]
         assert trt["trt_engine_cache_path"] == trt["trt_timing_cache_path"]
         return trt["trt_engine_cache_path"]
 
@@ -67,5 +67,5 @@ def test_engine_cache_is_keyed_by_tensorrt_version(tmp_path, monkeypatch) -> Non
     import onnxruntime
 
     for path in (old, new):
-        assert (tmp_path / "trt").resolve() in O.Path(path).resolve().parents
-        assert O.Path(path).is_dir() and onnxruntime.__version__ in path
+        assert (tmp_path / "trt").resolve() in RT.Path(path).resolve().parents
+        assert RT.Path(path).is_dir() and onnxruntime.__version__ in path

@@ -73,7 +73,7 @@ def mha(q: Any, k: Any, v: Any, heads: int) -> Any:
     return _sdpa(q, k, v, heads)
 
 
-class _Base:
+class AttentionBase:
     """The parts of ``AttnProcessor2_0`` around the attention core; ``fused``
     False: the core exports as plain ops (TensorRT)."""
 
@@ -103,7 +103,7 @@ class _Base:
         return out / attn.rescale_output_factor
 
 
-class Attention(_Base):
+class Attention(AttentionBase):
     """``AttnProcessor2_0`` (no mask) with a MultiHeadAttention core."""
 
     def __call__(self, attn: Any, hidden_states: Any, encoder_hidden_states: Any = None,
@@ -129,7 +129,7 @@ class IPScale:
 def _ip_attention_class() -> type:
     import torch
 
-    class IPAttention(_Base, torch.nn.Module):
+    class IPAttention(AttentionBase, torch.nn.Module):
         """``IPAdapterAttnProcessor2_0`` (one adapter, no masks) with MultiHeadAttention
         cores; the image attention is always computed and multiplied by the scale
         tensor (diffusers skips it at scale 0: the same result). A module, so that

@@ -1,7 +1,7 @@
 """SDXL on the ``onnx`` engine.
 
-:class:`OnnxRestyleXLPipeline` is :class:`~.sdxl_pipeline.RestyleXLPipeline`
-with the shims of :class:`~.onnx_engine.OnnxRestylePipeline`: the UNet +
+:class:`OnnxRestyleXLPipeline` is :class:`~..sdxl_pipeline.RestyleXLPipeline`
+with the shims of :class:`~.pipeline.OnnxRestylePipeline`: the UNet +
 ControlNets graph also takes SDXL's added conditions (``text_embeds``, the
 second text encoder's pooled projection, and ``time_ids``), both text encoders
 are graphs returning what SDXL's ``encode_prompt`` reads (first output and
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .onnx_engine import OnnxRestylePipeline
-from .sdxl_pipeline import RestyleXLPipeline, XLComponents
+from ..sdxl_pipeline import RestyleXLPipeline, XLComponents
+from .pipeline import OnnxRestylePipeline
 
 
 class OnnxRestyleXLPipeline(OnnxRestylePipeline, RestyleXLPipeline):

@@ -19,7 +19,7 @@ their inputs and outputs):
   int64 (see ``UNetControlNets._union``). The cross-frame variant
   (``ExportSpec.cross_frame``, its own cache folder ``…-xf-…``) adds the anchor
   frame's self-attention keys/values as inputs and the frame's own as outputs
-  (:mod:`.onnx_cross_frame`).
+  (:mod:`.cross_frame`).
 - ``control_embed.onnx``: ``cond_0`` … (B, 3, H, W) control images in [0, 1]
   -> ``cond_emb_0`` …: each ControlNet's conditioning embedding, eight
   convolutions over the full-size image that do not depend on the step — run
@@ -38,9 +38,9 @@ their inputs and outputs):
   ``pixel_values`` -> ``image_embeds``.
 
 Exact rewrites while exporting (the torch modules are restored after):
-attention as onnxruntime's ``MultiHeadAttention`` node (:mod:`.onnx_attention`;
+attention as onnxruntime's ``MultiHeadAttention`` node (:mod:`.attention`;
 ``ExportSpec.attention="onnx"`` keeps plain ops, for TensorRT), and the
-upsampling convolutions on the small grid (:mod:`.onnx_rewrites`).
+upsampling convolutions on the small grid (:mod:`.rewrites`).
 
 Exporter: ``torch.onnx.export(dynamo=True)`` first (torch.export, non-strict),
 falling back to the TorchScript exporter (``dynamo=False``, opset 17). Both work
@@ -73,7 +73,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ...addon.core.atomic import plain_mode
+from ....addon.core.atomic import plain_mode
 
 FORMAT_VERSION = 4  # 4: the prompt's cross-attention keys/values in their own graph
 UNET = "unet_controlnets"
@@ -83,7 +83,7 @@ TEXT2 = "text_encoder_2"  # SDXL's second text encoder
 VAE_ENC = "vae_encoder"
 VAE_DEC = "vae_decoder"
 IMAGE = "image_encoder"
-PROMPT_KV = "prompt_kv"  # the prompt's cross-attention keys/values (.onnx_prompt_kv)
+PROMPT_KV = "prompt_kv"  # the prompt's cross-attention keys/values (.prompt_kv)
 stats = {"exports": 0, "graphs": 0}  # folders and graphs exported by this process
 
 
@@ -98,7 +98,7 @@ class ExportSpec:
     seq_len: int = 77
     attention: str = "mha"  # "mha": MultiHeadAttention nodes (ORT CPU/CUDA); "onnx": plain
     ip_images: int = 0  # IP-Adapter reference images the UNet graph takes (0: no adapter)
-    cross_frame: bool = False  # the UNet graph's cross-frame variant (:mod:`.onnx_cross_frame`)
+    cross_frame: bool = False  # the UNet graph's cross-frame variant (:mod:`.cross_frame`)
 
     def __post_init__(self) -> None:
         if self.precision not in ("fp32", "fp16"):
@@ -169,9 +169,9 @@ def _modules():
         (``union``) over condition slots. Inputs by name (``names``): SDXL (``xl``)
         also takes the pooled text embeddings and time ids; IP-Adapter (``ip_scale``)
         the reference images' embeddings and the adapter scale; cross-frame
-        (``xf``, :mod:`.onnx_cross_frame`) the anchor's keys and values, returning
+        (``xf``, :mod:`.cross_frame`) the anchor's keys and values, returning
         the frame's own after ``noise_pred``; ``prompt_kv``
-        (:mod:`.onnx_prompt_kv`) the prompt's cross-attention keys and values."""
+        (:mod:`.prompt_kv`) the prompt's cross-attention keys and values."""
 
         def __init__(self, unet: Any, controlnets: list[Any], names: list[str],
                      ip_scale: Any = None, xl: bool = False, union: Any = None,
@@ -318,7 +318,7 @@ def _hash_module(h: Any, name: str, module: Any) -> None:
 
 
 def _controlnets(components: Any) -> list[tuple[str, Any]]:
-    from .components import CONTROL_KINDS
+    from ..components import CONTROL_KINDS
 
     return [(k, components.controlnets[k]) for k in CONTROL_KINDS if k in components.controlnets]
 
@@ -361,7 +361,7 @@ def _export_graph(module: Any, args: tuple[Any, ...], path: Path, input_names: l
     """Export one graph; returns the exporter that worked ("dynamo" or "torchscript")."""
     import torch
 
-    from .onnx_external import torchscript_export
+    from .external import torchscript_export
 
     errors = []
     for use_dynamo in ([True, False] if dynamo is None else [bool(dynamo)]):
@@ -437,10 +437,10 @@ def _export_into(folder: Path, comps: Any, spec: ExportSpec, dynamo: bool | None
                  device: str | None) -> dict[str, Any]:
     import torch
 
-    from .onnx_attention import IPScale, fused_attention
-    from .onnx_cross_frame import CrossFrameIO
-    from .onnx_prompt_kv import PromptKVIO
-    from .onnx_rewrites import subpixel_upsampling
+    from .attention import IPScale, fused_attention
+    from .cross_frame import CrossFrameIO
+    from .prompt_kv import PromptKVIO
+    from .rewrites import subpixel_upsampling
 
     embed_cls, unet_cls, text_cls, enc_cls, dec_cls, img_cls = _modules()
     fp16 = spec.precision == "fp16"
@@ -534,14 +534,14 @@ def _export_into(folder: Path, comps: Any, spec: ExportSpec, dynamo: bool | None
 def _unet_io(wrapper: Any, args: list[Any], mods: list[Any], xf: Any, pkv: Any, fused: bool,
              rnd: Any) -> Iterator[tuple[list[Any], list[str], Any, list[tuple[str, Any]]]]:
     """Within: the UNet graph's lookups of the prompt's keys/values
-    (:mod:`.onnx_prompt_kv`) and, with ``xf``, the cross-frame processors
-    (:mod:`.onnx_cross_frame`), after a dry run that finds their layers and shapes;
+    (:mod:`.prompt_kv`) and, with ``xf``, the cross-frame processors
+    (:mod:`.cross_frame`), after a dry run that finds their layers and shapes;
     ``wrapper.names`` the graph's inputs. Yields (example inputs, output names, the
     prompt_kv module, its (output name, example) pairs)."""
     import torch
 
-    from .onnx_cross_frame import cross_frame_export
-    from .onnx_prompt_kv import key_name, prompt_kv_export, prompt_kv_module, settle, value_name
+    from .cross_frame import cross_frame_export
+    from .prompt_kv import key_name, prompt_kv_export, prompt_kv_module, settle, value_name
 
     names = wrapper.names
     ehs = args[names.index("encoder_hidden_states")]
@@ -567,7 +567,7 @@ def _unet_io(wrapper: Any, args: list[Any], mods: list[Any], xf: Any, pkv: Any, 
 def _union_slots(union: Any) -> list[str]:
     """The condition slots of a ControlNet-Union graph (one per control kind);
     refuses what the graph does not take."""
-    from .components import CONTROL_KINDS
+    from ..components import CONTROL_KINDS
 
     cfg = union.config
     if cfg.global_pool_conditions:
@@ -618,9 +618,9 @@ def _unet_inputs(comps: Any, unet: Any, union: Any, spec: ExportSpec, embs: tupl
 def _cross_frame_io(xf: Any, args: list[Any], names: list[str], rnd: Any
                     ) -> tuple[list[Any], list[str], list[str]]:
     """The UNet graph's inputs and outputs with the cross-frame ones added
-    (:mod:`.onnx_cross_frame`), after a dry run filled ``xf.out``."""
+    (:mod:`.cross_frame`), after a dry run filled ``xf.out``."""
 
-    from . import onnx_cross_frame as X
+    from . import cross_frame as X
 
     one = args[0].new_ones(1)
     args = [*args, one]

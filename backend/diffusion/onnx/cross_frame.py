@@ -1,4 +1,4 @@
-"""Cross-frame attention (:mod:`.cross_frame`) in the exported UNet graph.
+"""Cross-frame attention (:mod:`..cross_frame`) in the exported UNet graph.
 
 The torch engine remembers the anchor frame's ``attn1`` input hidden states and
 projects ``concat(current, anchor)`` to keys and values at every step of every
@@ -33,7 +33,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from .onnx_attention import _Base
+from .attention import AttentionBase
 
 USE = "anchor_use"
 
@@ -77,7 +77,7 @@ class CrossFrameIO:
         return [t for j in sorted(self.out) for t in self.out[j]]
 
 
-class CrossFrameExport(_Base):
+class CrossFrameExport(AttentionBase):
     """An ``attn1`` processor for export: own keys/values to :class:`CrossFrameIO`,
     attention over own + anchor keys/values (own twice without an anchor)."""
 
@@ -117,7 +117,7 @@ def eligible(attn: Any) -> bool:
 
 @contextlib.contextmanager
 def cross_frame_export(unet: Any, io: CrossFrameIO, fused: bool = True) -> Iterator[list[str]]:
-    """Within: the UNet's ``attn1`` layers (those :class:`.cross_frame.CrossFrameController`
+    """Within: the UNet's ``attn1`` layers (those :class:`..cross_frame.CrossFrameController`
     takes) have :class:`CrossFrameExport` processors; yields their names in index
     order. Restored after."""
     from diffusers.models.attention_processor import Attention
