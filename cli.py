@@ -12,7 +12,14 @@ import os
 import sys
 from pathlib import Path
 
-from .addon.core.atomic import check_writable, write_json_atomic
+from .addon.core.atomic import (
+    check_writable,
+    output_target,
+    replace_atomic,
+    write_json_atomic,
+)
+from .addon.core.frame_ranges import check_in_scene, parse_frames
+from .addon.core.paths import check_distinct, removed_if_left_empty
 
 EXIT_BAD_INPUT = 2
 
@@ -22,14 +29,22 @@ class BadInput(Exception):
 
 
 def save_blend_atomic(path: Path) -> None:
-    """Save the current Blender file to ``path`` via a temp file + rename."""
+    """Save the current Blender file to ``path`` via a temp file + rename. A symlink
+    is saved through to its target; a device, FIFO or folder at ``path`` is refused
+    (``UnwritableOutput``); a failed save (disk full) raises ``OSError`` in one line."""
     import bpy
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.blend")
+    target = output_target(path, ".blend file")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.stem}.{os.getpid()}.tmp.blend")
     try:
-        bpy.ops.wm.save_as_mainfile(filepath=str(tmp), copy=True, check_existing=False)
-        os.replace(tmp, path)
+        try:
+            bpy.ops.wm.save_as_mainfile(filepath=str(tmp), copy=True, check_existing=False)
+        except RuntimeError as e:  # Blender's save failed: the disk, not the input
+            why = " ".join(str(e).split()).removeprefix("Error: ")
+            raise OSError(f"cannot save {str(path)!r} ({why}): free some disk space or "
+                          "choose another folder") from None
+        replace_atomic(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
         Path(str(tmp) + "1").unlink(missing_ok=True)  # Blender's backup file
@@ -56,6 +71,12 @@ def cmd_retarget(args: argparse.Namespace) -> int:
         clips = [source]
     else:
         raise BadInput(f"--source {str(source)!r} does not exist: give a clip file or a folder")
+    inputs = {"--source": source, "--target": args.target,
+              **{f"--source clip {c.name}": c for c in clips if c != source}}
+    for opt, value in (("--map", args.map), ("--target-map", args.target_map)):
+        if Path(value).is_file():
+            inputs[opt] = value
+    check_distinct({"--out": args.out, "--report": args.report}, inputs)
     if args.out:  # outputs checked before the work, not after it
         if Path(args.out).suffix.lower() != ".blend":
             raise BadInput(f"--out {args.out!r} must name a .blend file, e.g. shot.blend")
@@ -159,6 +180,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_train_skin(args: argparse.Namespace) -> int:
     from .addon.blender.train_skin import DEFAULT_CACHE, TrainRequest, train_skin
 
+    check_distinct({"--out": args.out, "--cache": args.cache or DEFAULT_CACHE},
+                   {"--character": None if args.character == "demo" else args.character,
+                    "--python": args.python})
+
     def bar(what: str, total: int):
         progress = _frame_bar(total)
         return None if progress is None else lambda done, _t: progress(done, total, done)
@@ -171,23 +196,31 @@ def cmd_train_skin(args: argparse.Namespace) -> int:
     return train_skin(req, progress=bar)
 
 
-def _parse_frames(text: str) -> range:
-    try:
-        first, _, last = text.partition("-")
-        a, b = int(first), int(last or first)
-    except ValueError:
-        raise BadInput(f"--frames {text!r}: use FIRST-LAST, e.g. 1-48") from None
-    if b < a:
-        raise BadInput(f"--frames {text!r} is reversed: use FIRST-LAST with FIRST <= LAST")
-    return range(a, b + 1)
+MIN_SIZE, MAX_SIZE = 16, 8192  # as the passes allow (addon/blender/passes.py)
+
+
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= 40 else text[:37] + "...")
 
 
 def _parse_size(text: str) -> tuple[int, int]:
-    try:
-        w, _, h = text.lower().partition("x")
-        return int(w), int(h or w)
-    except ValueError:
-        raise BadInput(f"--size {text!r}: use WIDTHxHEIGHT, e.g. 512x512") from None
+    """``--size WIDTHxHEIGHT`` (or one number for a square), each 16..8192."""
+    w, _, h = text.lower().partition("x")
+    w, h = w.strip(), (h or w).strip()
+    if not (w.isascii() and w.isdigit() and h.isascii() and h.isdigit()):
+        raise BadInput(f"--size {_shown(text)}: use WIDTHxHEIGHT, e.g. 512x512")
+    if len(w) > 5 or len(h) > 5 or not all(MIN_SIZE <= int(v) <= MAX_SIZE for v in (w, h)):
+        raise BadInput(f"--size {_shown(text)}: width and height must lie within "
+                       f"{MIN_SIZE}..{MAX_SIZE} pixels")
+    return int(w), int(h)
+
+
+def _parse_passes(text: str) -> tuple[str, ...]:
+    passes = tuple(p.strip() for p in text.split(",") if p.strip())
+    if not passes:
+        raise BadInput(f"--passes {_shown(text)} names no pass: give a comma list, e.g. "
+                       "depth,normal,skeleton")
+    return passes
 
 
 def cmd_passes(args: argparse.Namespace) -> int:
@@ -199,19 +232,21 @@ def cmd_passes(args: argparse.Namespace) -> int:
 
     _check_shot(args)
     width, height = _parse_size(args.size)
-    passes = tuple(p.strip() for p in args.passes.split(",") if p.strip())
-    check_writable(args.out, "--out folder")
-    scene, frames = _open_shot(args)
-    opts = PassOptions(frames=frames, width=width, height=height, engine=args.engine,
-                       passes=passes)
-    bar = _frame_bar(len(frames))
-    out = Path(args.out)
-    shown = next((sub for p, sub in (("normal", "normal_color"), ("depth", "depth16"),
-                                     ("mask", "mask"), ("skeleton", "skeleton"),
-                                     ("parts", "parts_color")) if p in passes), None)
+    passes = _parse_passes(args.passes)
+    check_distinct({"--out": args.out}, {"shot": args.shot})
+    with removed_if_left_empty(args.out):  # a failed run leaves no empty folder behind
+        check_writable(args.out, "--out folder")
+        scene, frames = _open_shot(args)
+        opts = PassOptions(frames=frames, width=width, height=height, engine=args.engine,
+                           passes=passes)
+        bar = _frame_bar(len(frames))
+        out = Path(args.out)
+        shown = next((sub for p, sub in (("normal", "normal_color"), ("depth", "depth16"),
+                                         ("mask", "mask"), ("skeleton", "skeleton"),
+                                         ("parts", "parts_color")) if p in passes), None)
 
-    progress = _saved_lines(bar, lambda f: out / shown / f"{f:04d}.png" if shown else None)
-    summary = make_passes(scene, opts, out, progress=progress)
+        progress = _saved_lines(bar, lambda f: out / shown / f"{f:04d}.png" if shown else None)
+        summary = make_passes(scene, opts, out, progress=progress)
     for w in summary["warnings"]:
         print(f"warning: {w}", file=sys.stderr)
     print(f"passes: {summary['done']}/{summary['frames']} frames done ({summary['written']} "
@@ -230,16 +265,16 @@ def _check_shot(args: argparse.Namespace) -> None:
 
 def _open_shot(args: argparse.Namespace):
     """Open ``args.shot``; apply ``--camera``; the scene and ``--frames`` (default:
-    the scene's range)."""
-    import bpy
+    the scene's range; a range outside the scene's is refused, for every command)."""
+    from .addon.blender.session import open_shot
 
-    bpy.ops.wm.open_mainfile(filepath=str(Path(args.shot)))
-    scene = bpy.context.scene
+    frames = parse_frames(args.frames) if args.frames else None  # before the slow open
+    scene = open_shot(args.shot)
     if args.camera:
         _use_camera(scene, args.camera)
-    frames = _parse_frames(args.frames) if args.frames else range(scene.frame_start,
-                                                                   scene.frame_end + 1)
-    return scene, frames
+    if frames is None:
+        frames = range(scene.frame_start, scene.frame_end + 1)
+    return scene, check_in_scene(frames, scene.frame_start, scene.frame_end)
 
 
 def _use_camera(scene, name: str) -> None:
@@ -277,11 +312,12 @@ def _parse_options(text: str | None) -> dict:
                 data = json.loads(path.read_text())
         else:
             data = json.loads(text)
-    except (OSError, ValueError) as e:
-        raise BadInput(f"--options {text!r}: {e} (give a JSON object, e.g. "
+    except (OSError, ValueError, RecursionError) as e:
+        why = "nested too deeply" if isinstance(e, RecursionError) else str(e)[:120]
+        raise BadInput(f"--options {_shown(text)}: {why} (give a JSON object, e.g. "
                        "'{\"steps\": 4}', or a .json/.toml file)") from None
     if not isinstance(data, dict):
-        raise BadInput(f"--options {text!r} is not a JSON object / TOML table")
+        raise BadInput(f"--options {_shown(text)} is not a JSON object / TOML table")
     return data
 
 
@@ -307,8 +343,13 @@ def cmd_restyle(args: argparse.Namespace) -> int:
         except OSError as e:
             raise BadInput(f"--ref {ref!r}: {e}") from None
         refs.append(img[..., :3] if img.ndim == 3 else img[..., None].repeat(3, -1))
-    check_writable(args.out, "--out folder")
-    scene, frames = _open_shot(args)
+    inputs = {"shot": args.shot, "--options": args.options if args.options and
+              Path(args.options).is_file() else None, "--keys": args.keys,
+              **{f"--ref {r}": r for r in args.ref or ()}}
+    check_distinct({"--out": args.out}, inputs)
+    with removed_if_left_empty(args.out):  # a failed start leaves no empty folder behind
+        check_writable(args.out, "--out folder")
+        scene, frames = _open_shot(args)
     stop = {"asked": False}
 
     def on_int(*_: object) -> None:  # Ctrl-C / a farm's stop: finish cleanly, keep frames
@@ -509,7 +550,7 @@ def build_parser() -> argparse.ArgumentParser:
         sc = sub.add_parser("score", help="masked PSNR/SSIM/FLIP and warping error of frames "
                                           "against a reference sequence")
         add_score_arguments(sc)
-        sc.set_defaults(func=run_score)
+        sc.set_defaults(func=_score_checked(run_score))
 
     b = sub.add_parser("bench", help="speed benchmarks (ratio against a baseline in one run)")
     b.add_argument("what", choices=("retarget", "passes", "transport", "diffusion", "skin"))
@@ -520,6 +561,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skin: frame size (default: the model's training size)")
     b.set_defaults(func=cmd_bench)
     return p
+
+
+def _score_checked(run_score):
+    """``score`` with its ``--json`` output checked against its input folders."""
+    def run(args: argparse.Namespace) -> int:
+        check_distinct({"--json": args.json}, {"--reference": args.reference,
+                                                "--frames": args.frames,
+                                                "--passes": args.passes})
+        return run_score(args)
+
+    return run
 
 
 def _have(module: str) -> bool:

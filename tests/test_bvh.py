@@ -307,3 +307,64 @@ def test_fk_matches_blender_importer_cmu(bpy_clean, shared_data: Path, tmp_path:
         path = _truncate(shared_data / "bvh" / rel, 25, tmp_path / Path(rel).name)
         bpy_clean.ops.wm.read_factory_settings(use_empty=True)
         _assert_matches_blender(bpy_clean, path, [0, 12, 24])
+
+
+def _chain_bvh(joints: int) -> str:
+    """A chain of ``joints`` joints, one frame of zeros."""
+    lines = ["HIERARCHY", "ROOT j0", "{", "OFFSET 0 0 0",
+             "CHANNELS 6 Xposition Yposition Zposition Zrotation Xrotation Yrotation"]
+    for j in range(1, joints):
+        lines += [f"JOINT j{j}", "{", "OFFSET 0 1 0", "CHANNELS 3 Zrotation Xrotation Yrotation"]
+    lines += ["End Site", "{", "OFFSET 0 1 0", "}"] + ["}"] * joints
+    lines += ["MOTION", "Frames: 1", "Frame Time: 0.04", " ".join(["0"] * (3 + 3 * joints))]
+    return "\n".join(lines) + "\n"
+
+
+def test_joint_count_is_capped_before_blenders_importer(tmp_path: Path, bpy_clean) -> None:
+    from painted_skin.addon.blender.importers import ImportFailed, imported_clip
+    from painted_skin.addon.core.bvh import MAX_JOINTS
+
+    assert parse_bvh(_chain_bvh(MAX_JOINTS)).num_joints == MAX_JOINTS
+    with pytest.raises(BvhError, match="more than 1,000 joints"):
+        parse_bvh(_chain_bvh(MAX_JOINTS + 1))
+    big = tmp_path / "big.bvh"
+    big.write_text(_chain_bvh(20_000))  # ~1 MB; Blender's importer: minutes
+    t0 = time.perf_counter()
+    with pytest.raises(ImportFailed, match="more than 1,000 joints"):
+        with imported_clip(big):
+            pass
+    assert time.perf_counter() - t0 < 5.0
+
+
+@pytest.mark.parametrize("old,new,ok", [
+    ("OFFSET 0 10 0", "OFFSET 0 999999 0", True),
+    ("OFFSET 0 10 0", "OFFSET 0 1e6 0", False),
+    ("OFFSET 0 20 0", "OFFSET 0 -1e300 0", False),  # an End Site's
+    ("Frame Time: .0333333", "Frame Time: 0.001", True),  # 1000 fps
+    ("Frame Time: .0333333", "Frame Time: 1", True),  # 1 fps
+    ("Frame Time: .0333333", "Frame Time: 1e-300", False),
+    ("Frame Time: .0333333", "Frame Time: 1e300", False),
+    ("1 92 3", "1 1e7 3", False),  # a motion value
+])
+def test_values_out_of_a_bodys_range_are_refused(old: str, new: str, ok: bool,
+                                                 tmp_path: Path) -> None:
+    text = SMALL.replace(old, new, 1)
+    assert text != SMALL
+    if ok:
+        assert parse_bvh(text).num_frames == 2
+        path = tmp_path / "c.bvh"
+        path.write_text(text)
+        assert 1.0 <= parse_bvh_header_fps(path) <= 1000.0
+        return
+    with pytest.raises(BvhError, match="Fix:") as e:
+        parse_bvh(text)
+    assert "\n" not in str(e.value)
+
+
+def test_a_byte_order_mark_is_read_as_text(tmp_path: Path) -> None:
+    path = tmp_path / "bom.bvh"
+    path.write_bytes(b"\xef\xbb\xbf" + SMALL.encode())
+    assert parse_bvh(path).names == parse_bvh(SMALL).names
+    assert parse_bvh("\ufeff" + SMALL).num_frames == 2
+    with pytest.raises(BvhError, match="cannot read the file"):
+        parse_bvh("a" * 300)  # taken as a path: too long a name is still a BvhError

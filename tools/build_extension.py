@@ -427,6 +427,9 @@ def build_family(args: argparse.Namespace, family: Family, ext_path: Path, ext: 
         if not made.is_file():
             raise BuildError(f"blender_ext.py did not write {made.name}:\n{proc.stdout}")
         target = out / zip_name(manifest, family, p)
+        if target.is_symlink() or (target.exists() and not target.is_file()):
+            raise BuildError(f"{target} is not a regular file: remove it or choose another "
+                             "--output-dir (it would be replaced, not written)")
         os.replace(made, target)
         zips.append(target)
         print(f"built {target} ({target.stat().st_size / 2**20:.1f} MiB)")

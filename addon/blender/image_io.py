@@ -5,6 +5,8 @@ OpenImageIO's order for every format; Blender's own ``Image.pixels`` are bottom-
 never mix the two without a flip. Writers are atomic: they write a temporary file in the
 destination folder (same extension, so the format is right) and ``os.replace`` it into
 place; on any error the temporary file is removed and the destination is left untouched.
+A symlinked destination is written through to its target; a device, FIFO, socket or
+folder there is refused (see ``core.atomic.output_target``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from types import ModuleType
 
 import numpy as np
 
-from ..core.atomic import temp_file_for
+from ..core.atomic import output_target, replace_atomic, temp_file_for
 
 _OIIO: ModuleType | None = None
 
@@ -133,7 +135,8 @@ def _write(path: str | os.PathLike, array: np.ndarray, typedesc, names, attrs: d
         spec.alpha_channel = names.index("A")
     for key, value in attrs.items():
         spec.attribute(key, value)
-    tmp = temp_file_for(path, path.suffix)  # the suffix picks OIIO's writer
+    target = output_target(path, "image file")
+    tmp = temp_file_for(target, path.suffix)  # the suffix picks OIIO's writer
     try:
         out = io.ImageOutput.create(tmp)
         if out is None:
@@ -146,7 +149,7 @@ def _write(path: str | os.PathLike, array: np.ndarray, typedesc, names, attrs: d
                 raise OSError(f"cannot write {path}: {out.geterror()}")
         finally:
             del out
-        os.replace(tmp, path)
+        replace_atomic(tmp, target)
     except BaseException:
         try:
             os.unlink(tmp)

@@ -10,6 +10,12 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import ctypes
+import io
+import os
+import shutil
+import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +24,8 @@ import bpy
 from ..core.bvh import BvhError, validate_bvh
 
 CLIP_TYPES = {".bvh", ".fbx", ".glb", ".gltf"}
+_FORMATS = {".bvh": "BVH", ".fbx": "FBX", ".glb": "glTF", ".gltf": "glTF", ".blend": ".blend"}
+_BOM = b"\xef\xbb\xbf"
 CHARACTER_TYPES = {".blend", ".fbx", ".glb", ".gltf"}
 # Datablock collections an importer may add to.
 _COLLECTIONS = ("objects", "armatures", "meshes", "materials", "actions", "images",
@@ -84,6 +92,88 @@ def _check_file(path: Path, allowed: set[str], what: str) -> Path:
     return path
 
 
+def importer_failure(what: str, path: Path, e: BaseException) -> ImportFailed:
+    """One line for an importer's crash: Blender's operators raise a RuntimeError
+    holding a whole traceback; its last line says what broke."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()
+             and not ln.strip().startswith(("Location:", "File ", "^", "~"))]
+    why = (lines[-1] if lines else type(e).__name__).removeprefix("Error: ")
+    why = why if len(why) <= 160 else why[:157] + "..."
+    kind = _FORMATS.get(path.suffix.lower(), path.suffix)
+    return ImportFailed(f"could not import {what} {path.name!r} ({why}): the file is damaged "
+                        f"or not a valid {kind} file; re-export it")
+
+
+@contextlib.contextmanager
+def held_output() -> Iterator[None]:
+    """Hold what an importer prints (its own tracebacks, on both the Python and the
+    C streams) and show it only if the import succeeds: a failure is reported in the
+    one line of :func:`importer_failure` instead."""
+    libc = ctypes.CDLL(None) if os.name == "posix" else None
+
+    def flush() -> None:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:  # None in some GUI builds
+                stream.flush()
+        if libc is not None:
+            libc.fflush(None)
+
+    py_out, py_err = io.StringIO(), io.StringIO()
+    saved, files = [], []
+    try:
+        flush()
+        for fd in (1, 2):
+            tmp = tempfile.TemporaryFile()
+            files.append(tmp)
+            saved.append(os.dup(fd))
+            os.dup2(tmp.fileno(), fd)
+    except OSError:  # no real stdout/stderr to redirect: run as is
+        for fd, old in zip((1, 2), saved, strict=False):
+            os.dup2(old, fd)
+            os.close(old)
+        for tmp in files:
+            tmp.close()
+        saved, files = [], []
+    ok = False
+    try:
+        with contextlib.redirect_stdout(py_out), contextlib.redirect_stderr(py_err):
+            yield
+        ok = True
+    finally:
+        flush()
+        for fd, old in zip((1, 2), saved, strict=False):
+            os.dup2(old, fd)
+            os.close(old)
+        if ok:  # replay: Python's output, then what the C side wrote
+            for stream, held, tmp in zip((sys.stdout, sys.stderr), (py_out, py_err),
+                                         files or (None, None), strict=True):
+                if stream is None:
+                    continue
+                stream.write(held.getvalue())
+                if tmp is not None:
+                    tmp.seek(0)
+                    stream.write(tmp.read().decode("utf-8", "replace"))
+        for tmp in files:
+            tmp.close()
+
+
+@contextlib.contextmanager
+def _without_bom(path: Path) -> Iterator[Path]:
+    """``path``, or a copy without its UTF-8 byte-order mark (same name, in a temp
+    folder): the project's reader accepts a BOM, Blender's BVH importer does not."""
+    with open(path, "rb") as fh:
+        has_bom = fh.read(3) == _BOM
+    if not has_bom:
+        yield path
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / path.name
+        with open(path, "rb") as src, open(copy, "wb") as dst:
+            src.seek(3)
+            shutil.copyfileobj(src, dst)
+        yield copy
+
+
 def _run_importer(path: Path) -> None:
     ext = path.suffix.lower()
     fp = str(path)
@@ -92,17 +182,20 @@ def _run_importer(path: Path) -> None:
             validate_bvh(path)
         except BvhError as e:
             raise ImportFailed(str(e)) from None
-        bpy.ops.import_anim.bvh(filepath=fp, global_scale=0.01, rotate_mode="NATIVE",
-                                axis_forward="-Z", axis_up="Y", update_scene_fps=False,
-                                update_scene_duration=False)
-    elif ext == ".fbx":
-        with _fbx_light_workaround():
-            bpy.ops.import_scene.fbx(filepath=fp, use_anim=True, ignore_leaf_bones=False,
-                                     automatic_bone_orientation=False)
-    elif ext in (".glb", ".gltf"):
-        bpy.ops.import_scene.gltf(filepath=fp)
-    elif ext == ".blend":
-        _append_blend(path)
+        with _without_bom(path) as clean, held_output():
+            bpy.ops.import_anim.bvh(filepath=str(clean), global_scale=0.01,
+                                    rotate_mode="NATIVE", axis_forward="-Z", axis_up="Y",
+                                    update_scene_fps=False, update_scene_duration=False)
+        return
+    with held_output():
+        if ext == ".fbx":
+            with _fbx_light_workaround():
+                bpy.ops.import_scene.fbx(filepath=fp, use_anim=True, ignore_leaf_bones=False,
+                                         automatic_bone_orientation=False)
+        elif ext in (".glb", ".gltf"):
+            bpy.ops.import_scene.gltf(filepath=fp)
+        elif ext == ".blend":
+            _append_blend(path)
 
 
 def _append_blend(path: Path) -> None:
@@ -133,7 +226,7 @@ def import_character(path: str | Path) -> bpy.types.Object:
         raise
     except Exception as e:  # importer crashed: clean up, then explain
         snap.remove_new()
-        raise ImportFailed(f"could not import character {path.name!r}: {e}") from e
+        raise importer_failure("character", path, e) from e
 
 
 @contextlib.contextmanager
@@ -152,7 +245,7 @@ def imported_clip(path: str | Path) -> Iterator[tuple[bpy.types.Object, list]]:
         except ImportFailed:
             raise
         except Exception as e:
-            raise ImportFailed(f"could not import clip {path.name!r}: {e}") from e
+            raise importer_failure("clip", path, e) from e
         arms = [o for o in snap.new("objects") if o.type == "ARMATURE"
                 and o.animation_data is not None and o.animation_data.action is not None]
         if not arms:

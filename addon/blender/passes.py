@@ -81,6 +81,8 @@ class PassOptions:
                 raise ShotError(f"{name} {v} is outside {MIN_SIZE}..{MAX_SIZE} pixels")
         if self.engine not in ("fast", "cycles"):
             raise ShotError(f"engine {self.engine!r} is unknown: use fast or cycles")
+        if not self.passes:
+            raise ShotError(f"no passes named: choose from {', '.join(PASSES)}")
         bad = [p for p in self.passes if p not in PASSES]
         if bad:
             raise ShotError(f"unknown pass(es) {', '.join(bad)}: choose from {', '.join(PASSES)}")

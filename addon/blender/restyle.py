@@ -30,6 +30,8 @@ from bpy.props import BoolProperty, EnumProperty, FloatProperty, IntProperty, St
 
 from ..core.atomic import check_writable, read_json, write_json_atomic, write_npy_atomic
 from ..core.backend_probe import no_python_message
+from ..core.folder_lock import FolderRun, join_run
+from ..core.frame_ranges import check_in_scene
 from .classes import register_classes, unregister_classes
 from .client import DEFAULT_URL, BackendClient, BackendError, BackendUnavailable, Result
 from .out_paths import PATH_OPTIONS, UnwritableOutput, output_folder
@@ -233,19 +235,35 @@ def shot_options(scene: bpy.types.Scene, out: Path, width: int, height: int,
     return options
 
 
-def _check_settings(out: Path, settings: dict) -> None:
-    """Refuse to mix frames made with other settings in one folder."""
+def _settings_diff(out: Path, settings: dict) -> list[str]:
+    """The shot settings that differ from the folder's settings file (none: no file)."""
     path = out / SETTINGS_FILE
-    if path.exists():
-        try:
-            old = read_json(path, "restyle settings")
-        except ValueError as e:
-            raise ShotError(str(e)) from None
-        diff = [k for k in SHOT_KEYS if old.get(k) != settings.get(k)]
+    if not path.exists():
+        return []
+    try:
+        old = read_json(path, "restyle settings")
+    except ValueError as e:
+        raise ShotError(str(e)) from None
+    return [k for k in SHOT_KEYS if old.get(k) != settings.get(k)]
+
+
+def _check_settings(out: Path, settings: dict) -> FolderRun:
+    """Refuse to mix frames made with other settings in one folder: frames on disk,
+    or another run writing it now with other settings. Returns the folder lock this
+    run holds until it is closed (runs with the same settings share the folder)."""
+    def write() -> None:
+        diff = _settings_diff(out, settings)
         if diff and any((out / RESTYLED).glob("[0-9]*.png")):
             raise ShotError(f"{out} holds frames restyled with other settings "
                             f"({', '.join(diff)}): use another output folder or delete it")
-    write_json_atomic(path, settings, indent=1)
+        write_json_atomic(out / SETTINGS_FILE, settings, indent=1)
+
+    def busy() -> ShotError:
+        return ShotError(f"another restyle with other settings "
+                         f"({', '.join(_settings_diff(out, settings))}) is writing into "
+                         f"{out} now: wait for it to finish, or use another output folder")
+
+    return join_run(out, lambda: not _settings_diff(out, settings), write, busy)
 
 
 def _size(size: int | tuple[int, int]) -> tuple[int, int]:
@@ -267,50 +285,51 @@ def restyle_shot(scene: bpy.types.Scene, out_dir: str | Path, url: str = DEFAULT
     width, height = _size(size)
     frames = list(frames if frames is not None else range(scene.frame_start,
                                                             scene.frame_end + 1))
+    if frames:  # the same check as the passes': frames within the scene's range
+        check_in_scene(range(min(frames), max(frames) + 1), scene.frame_start, scene.frame_end)
     options = pipeline_options(scene, pipeline, shot_options(scene, out, width, height,
                                                              options))
     settings = {"pipeline": pipeline, "prompt": prompt, "negative_prompt": negative_prompt,
                 "seed": seed, "width": width, "height": height, "options": options}
-    _check_settings(out, settings)
-    todo = [f for f in frames if not frame_done(out, f)]
-    done = len(frames) - len(todo)
-    summary = {"frames": len(frames), "skipped": done, "written": 0, "dropped": 0,
-               "reconnects": 0, "seconds": 0.0, "out": str(out / RESTYLED)}
-    if progress:
-        progress(done, len(frames), frames[0] if frames else 0)
-    if not todo:
-        return summary
-    (out / RESTYLED).mkdir(parents=True, exist_ok=True)
-    own = client is None
-    if client is None:
-        client = BackendClient(url, keys=keys, timeout_s=timeout_s, on_dead=on_dead)
-    frame_now = scene.frame_current
-    t0 = time.monotonic()
-    carry = CarrySource(scene, out, width, height, engine, options, frames[0])
-
-    def on_result(r: Result) -> None:
-        nonlocal done
-        write_result(out, r, width, height)
-        done += 1
-        summary["written"] += 1
+    with _check_settings(out, settings):  # held while this run writes the folder
+        todo = [f for f in frames if not frame_done(out, f)]
+        done = len(frames) - len(todo)
+        summary = {"frames": len(frames), "skipped": done, "written": 0, "dropped": 0,
+                   "reconnects": 0, "seconds": 0.0, "out": str(out / RESTYLED)}
         if progress:
-            progress(done, len(frames), r.frame)
+            progress(done, len(frames), frames[0] if frames else 0)
+        if not todo:
+            return summary
+        (out / RESTYLED).mkdir(parents=True, exist_ok=True)
+        own = client is None
+        if client is None:
+            client = BackendClient(url, keys=keys, timeout_s=timeout_s, on_dead=on_dead)
+        frame_now = scene.frame_current
+        t0 = time.monotonic()
+        carry = CarrySource(scene, out, width, height, engine, options, frames[0])
 
-    try:
-        client.open(pipeline, width, height, prompt=prompt, negative_prompt=negative_prompt,
-                    seed=seed, options=options, refs=refs)
-        run = client.run_shot(carry.remembering(shot_frames(scene, todo, width, height, engine,
-                                                            wire_passes(pipeline))),
-                              on_result, cancelled=cancelled, carry_for=carry,
-                              primers_for=carry.primers)
-        summary["dropped"] = run["dropped"]
-        summary["reconnects"] = run["reconnects"]
-    finally:
-        scene.frame_set(frame_now)
-        if own:
-            client.close()
-    summary["seconds"] = time.monotonic() - t0
-    return summary
+        def on_result(r: Result) -> None:
+            nonlocal done
+            write_result(out, r, width, height)
+            done += 1
+            summary["written"] += 1
+            if progress:
+                progress(done, len(frames), r.frame)
+
+        try:
+            client.open(pipeline, width, height, prompt=prompt,
+                        negative_prompt=negative_prompt, seed=seed, options=options, refs=refs)
+            passes = shot_frames(scene, todo, width, height, engine, wire_passes(pipeline))
+            run = client.run_shot(carry.remembering(passes), on_result, cancelled=cancelled,
+                                  carry_for=carry, primers_for=carry.primers)
+            summary["dropped"] = run["dropped"]
+            summary["reconnects"] = run["reconnects"]
+        finally:
+            scene.frame_set(frame_now)
+            if own:
+                client.close()
+        summary["seconds"] = time.monotonic() - t0
+        return summary
 
 
 def write_result(out: Path, r: Result, width: int, height: int) -> Path:
@@ -648,10 +667,12 @@ class PS_OT_restyle(bpy.types.Operator):
             self._out = _out(context)
             args["options"] = pipeline_options(scene, args["pipeline"], shot_options(
                 scene, self._out, s.width, s.height, args.get("options")))
-            _check_settings(self._out, {**args, "width": s.width, "height": s.height})
+            self._run_lock = _check_settings(self._out, {**args, "width": s.width,
+                                                         "height": s.height})
             todo = [f for f in self._frames if not frame_done(self._out, f)]
             self._done, self._frame_now = len(self._frames) - len(todo), scene.frame_current
             if not todo:
+                self._run_lock.close()
                 show_results(context, self._out, self._frames, s.use_vse)
                 self.report({"INFO"}, "restyle: every frame is already done")
                 return {"FINISHED"}
@@ -668,6 +689,8 @@ class PS_OT_restyle(bpy.types.Operator):
                                     lambda r: self._on_result(r, w, h), carry_for=carry,
                                     primers_for=carry.primers)
         except (ShotError, BackendError, UnwritableOutput, OSError) as e:
+            if getattr(self, "_run_lock", None) is not None:
+                self._run_lock.close()
             if getattr(self, "_client", None) is not None:
                 self._client.close()
                 self._client = None
@@ -717,6 +740,7 @@ class PS_OT_restyle(bpy.types.Operator):
         context.workspace.status_text_set(None)
         shot = self._client.shot
         self._client.close(timeout_s=0.2)  # the UI must not wait on a dead backend
+        self._run_lock.close()
         context.scene.frame_set(self._frame_now)
         show_results(context, self._out, self._frames, _settings(context).use_vse)
         ok = shot is not None and shot.error is None and not shot.cancelled

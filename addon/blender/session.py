@@ -9,8 +9,29 @@ from pathlib import Path
 import bpy
 
 from ..core.retarget import RetargetOptions
-from .importers import ImportFailed, import_character
+from .importers import ImportFailed, held_output, import_character
 from .retarget_api import RetargetError, RetargetReport, retarget_clip
+
+
+class ShotFileError(ValueError):
+    """A shot file Blender cannot open; the message names the file and the fix."""
+
+
+def open_shot(path: str | Path) -> bpy.types.Scene:
+    """Open the .blend ``path`` and return its scene. A damaged file (garbage,
+    truncated, a bare header) raises :class:`ShotFileError` in one line instead of
+    Blender's RuntimeError."""
+    path = Path(path)
+    try:
+        with held_output():  # Blender's own error lines: the one below says it all
+            bpy.ops.wm.open_mainfile(filepath=str(path))
+    except RuntimeError as e:
+        why = next((ln.strip() for ln in reversed(str(e).splitlines()) if ln.strip()), "")
+        why = why.removeprefix("Error: ")
+        raise ShotFileError(f"cannot open the shot {str(path)!r}: it is not a readable .blend "
+                            f"file ({why[:160]}); give a .blend saved by Blender, or re-save "
+                            "it") from None
+    return bpy.context.scene
 
 
 def reset_scene() -> None:

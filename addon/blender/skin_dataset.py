@@ -24,7 +24,7 @@ from pathlib import Path
 import bpy
 import numpy as np
 
-from ..core.atomic import write_json_atomic
+from ..core.atomic import output_target, replace_atomic, write_json_atomic
 from .passes import PassOptions, iter_frames
 from .shot_geometry import ShotGeometry
 
@@ -203,11 +203,12 @@ def _save_frame(path: Path, arrays: dict[str, np.ndarray], beauty: np.ndarray) -
             a = a.astype(np.float32 if name in _FLOAT32 else np.float16)
         data[name] = a
     data["beauty"] = beauty
-    fd, tmp = tempfile.mkstemp(suffix=".npz", dir=path.parent, prefix=".frame-")
+    target = output_target(path, "training frame")
+    fd, tmp = tempfile.mkstemp(suffix=".npz", dir=target.parent, prefix=".frame-")
     try:
         with os.fdopen(fd, "wb") as fh:
             np.savez_compressed(fh, **data)
-        os.replace(tmp, path)
+        replace_atomic(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -1,7 +1,10 @@
 """Atomic file writes: a temp file in the same folder, then ``os.replace``.
 
 A reader (or a resumed run) sees the old file or the new one, never half of
-one; a failed write leaves nothing behind.
+one; a failed write leaves nothing behind. ``os.replace`` swaps whatever sits at
+the path for the new file, so every writer first asks :func:`output_target`:
+a device, FIFO, socket or folder there is refused (replacing ``/dev/full`` as
+root would destroy the device), and a symlink is written *through* to its target.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -74,15 +78,56 @@ def remove_stale_temps(folders: list[Path], older_than_s: float = 900.0) -> int:
     return n
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write UTF-8 ``text`` (LF line ends) to ``path`` atomically; folders made."""
+class UnwritableOutput(ValueError):
+    """An output folder or file that cannot be written; the message names the fix."""
+
+
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
+
+
+def output_target(path: str | os.PathLike, what: str = "output file") -> Path:
+    """The regular file an atomic write of ``path`` should replace.
+
+    A symlink is followed to its target (the file the user meant; the link stays
+    a link); a path that is, or links to, anything but a regular file (device,
+    FIFO, socket, folder) is refused with :class:`UnwritableOutput`: replacing it
+    would destroy it, and writing into it is not an atomic write."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_file_for(path)
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        return target
+    except OSError as e:  # a symlink loop, a folder we may not search
+        raise UnwritableOutput(f"cannot write the {what} {str(path)!r} "
+                               f"({e.strerror or e}): choose a plain file path") from None
+    if stat.S_ISREG(mode):
+        return target
+    kind = next((k for test, k in _KINDS if test(mode)), "not a regular file")
+    via = f" (a link to {str(target)!r})" if target != path else ""
+    raise UnwritableOutput(f"the {what} {str(path)!r}{via} is {kind}, not a regular file: "
+                           "choose a plain file path (it would be replaced, not written)")
+
+
+def replace_atomic(tmp: str | os.PathLike, target: Path) -> None:
+    """``os.replace(tmp, target)`` after checking ``target`` again right before (the
+    path may have become a FIFO or device since :func:`output_target`)."""
+    output_target(target)
+    os.replace(tmp, target)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write UTF-8 ``text`` (LF line ends) to ``path`` atomically; folders made.
+    A symlink is written through; a special file at ``path`` is refused."""
+    path = Path(path)
+    target = output_target(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_file_for(target)
     try:
         with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
             fh.write(text)
-        os.replace(tmp, path)
+        replace_atomic(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -106,19 +151,15 @@ def read_json(path: str | os.PathLike, what: str) -> dict:
     return data
 
 
-class UnwritableOutput(ValueError):
-    """An output folder or file that cannot be written; the message names the fix."""
-
-
 def check_writable(path: str | os.PathLike, what: str, *, folder: bool = True) -> Path:
     """Make sure ``path`` (a folder, or with ``folder=False`` a file) can be written
     before any work starts: its folder is made and a probe file written and removed.
     Raises :class:`UnwritableOutput` naming the path and the fix."""
     path = Path(path)
-    target = path if folder else path.parent
+    # a file: a device, FIFO, socket or folder there is refused; a symlink's target's
+    # folder is the one written
+    target = path if folder else output_target(path, what).parent
     try:
-        if not folder and path.is_dir():
-            raise IsADirectoryError(21, "is a folder")
         target.mkdir(parents=True, exist_ok=True)
         Path(temp_file_for(target / ".write-test")).unlink()
     except OSError as e:
@@ -133,12 +174,13 @@ def write_npy_atomic(path: str | os.PathLike, array) -> Path:
     import numpy as np
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_file_for(path)
+    target = output_target(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_file_for(target)
     try:
         with open(tmp, "wb") as fh:
             np.save(fh, np.asarray(array), allow_pickle=False)
-        os.replace(tmp, path)
+        replace_atomic(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -33,6 +33,14 @@ from .skeleton import Motion, Skeleton, compose, forward_kinematics
 from .transforms import axis_angle_to_matrix, matrix_to_euler
 
 MAX_FRAMES = 1_000_000
+# Blender's BVH importer slows down steeply with the joint count (20,000 joints: ~107 s);
+# real skeletons have tens to a few hundred joints.
+MAX_JOINTS = 1_000
+# OFFSETs and motion values beyond this (file units, usually cm; degrees) are not a body:
+# 1e300 makes Blender's importer and the retarget's SVD fail.
+MAX_VALUE = 1e6
+# Frame Time bounds: 1 to 1000 fps (Blender's fps is an int; 1e-300 s overflows it).
+MIN_FRAME_TIME, MAX_FRAME_TIME = 0.001, 1.0
 CHANNEL_NAMES = ("Xposition", "Yposition", "Zposition", "Xrotation", "Yrotation", "Zrotation")
 _CHANNEL_LOOKUP = {c.lower(): c for c in CHANNEL_NAMES}
 _AXES = {"X": 0, "Y": 1, "Z": 2}
@@ -219,12 +227,19 @@ def _read_text(source: str | os.PathLike | bytes) -> tuple[str, str]:
     if isinstance(source, bytes):
         return _decode(source, "<bytes>"), "<bytes>"
     if isinstance(source, str) and ("\n" in source or "\r" in source
-                                     or source.lstrip().upper().startswith("HIERARCHY")):
-        return source, "<text>"
+                                     or source.lstrip("\ufeff \t").upper()
+                                     .startswith("HIERARCHY")):
+        return source.removeprefix("\ufeff"), "<text>"
     path = Path(source)
-    if not path.is_file():
-        raise BvhError(f"{path}: no such file. Fix: check the path to the .bvh file.")
-    return _decode(path.read_bytes(), str(path)), str(path)
+    try:
+        data = path.read_bytes() if path.is_file() else None
+    except (OSError, ValueError) as e:  # a name too long, a file we may not read
+        raise BvhError(f"{str(path)[:80]}: cannot read the file ({e.strerror or e}). Fix: "
+                       "check the path to the .bvh file.") from None
+    if data is None:
+        raise BvhError(f"{str(path)[:80]}: no such file. Fix: check the path to the .bvh "
+                       "file.")
+    return _decode(data, str(path)), str(path)
 
 
 def _decode(data: bytes, label: str) -> str:
@@ -313,6 +328,7 @@ def read_bvh_header(path: str | os.PathLike) -> tuple[int, float]:
                 except ValueError:
                     break
                 if ft > 0 and np.isfinite(ft):
+                    _check_frame_time(ft, m.group(1), label)
                     return count, ft
                 break
     raise BvhError(f"{label}: no valid 'Frames:' / 'Frame Time:' header after MOTION. Fix: "
@@ -418,6 +434,10 @@ class _Hierarchy:
                             "ROOT with '}' first.")
         if stack and stack[-1][0] == "end":
             raise self.fail(ln, f"JOINT {name!r} inside an End Site. Fix: close the End Site.")
+        if len(self.names) >= MAX_JOINTS:
+            raise self.fail(ln, f"more than {MAX_JOINTS:,} joints: over the limit Blender's "
+                            "importer handles in reasonable time. Fix: remove helper/extra "
+                            "joints before exporting the clip.")
         base, n = name, 1
         while name in self.names:  # Blender renames duplicates the same way.
             name, n = f"{base}.{n:03d}", n + 1
@@ -451,6 +471,9 @@ class _Hierarchy:
         if xyz.shape != (3,) or not np.all(np.isfinite(xyz)):
             raise self.fail(ln, f"OFFSET needs three finite numbers, got {' '.join(vals)!r}. "
                             "Fix: write 'OFFSET x y z' on one line.")
+        if np.any(np.abs(xyz) >= MAX_VALUE):
+            raise self.fail(ln, f"OFFSET {' '.join(vals)!r} is beyond {MAX_VALUE:g} units: not a "
+                            "body's proportions. Fix: re-export the clip in cm or m.")
         kind, j, _ = stack[-1]
         if kind == "end":
             self.end_sites[j] = xyz
@@ -518,7 +541,15 @@ def _motion_header(lines: list[str], motion: int, label: str) -> tuple[int, floa
     if not np.isfinite(ft) or ft <= 0:
         raise BvhError(f"{label}:{idx[1] + 1}: Frame Time must be a positive number of "
                        f"seconds, got {m.group(1)!r}. Fix: e.g. 'Frame Time: 0.0333333'.")
+    _check_frame_time(ft, m.group(1), f"{label}:{idx[1] + 1}")
     return count, ft, idx[1] + 1
+
+
+def _check_frame_time(ft: float, text: str, where: str) -> None:
+    if not MIN_FRAME_TIME <= ft <= MAX_FRAME_TIME:
+        raise BvhError(f"{where}: Frame Time {text!r} s is {1 / ft:.3g} fps, outside 1-1000 "
+                       "fps. Fix: write the seconds per frame, e.g. 'Frame Time: 0.0333333' "
+                       "(30 fps).")
 
 
 def _motion_table(lines: list[str], start: int, n_ch: int, count: int, label: str,
@@ -569,6 +600,13 @@ def _check_finite(frames: np.ndarray, lines: list[str], start: int, h: _Hierarch
                   label: str) -> None:
     bad = ~np.isfinite(frames)
     if not bad.any():
+        big = np.abs(frames) >= MAX_VALUE
+        if big.any():
+            r, c = (int(v) for v in np.argwhere(big)[0])
+            numbers = [i for i in range(start, len(lines)) if lines[i].strip()]
+            raise BvhError(f"{label}:{numbers[r] + 1}: motion frame {r + 1} has the value "
+                           f"{frames[r, c]:g}, beyond {MAX_VALUE:g} (units or degrees). Fix: "
+                           "the clip is corrupt or in the wrong units; re-export it.")
         return
     r, c = (int(v) for v in np.argwhere(bad)[0])
     numbers = [i for i in range(start, len(lines)) if lines[i].strip()]

@@ -58,6 +58,10 @@ def export_model(net: SkinNet, model_cfg: dict[str, Any], out_dir: str | os.Path
         raise ValueError("the character fingerprint must be a non-empty dict "
                          "(e.g. {'mesh': name, 'vertices': count})")
     out = Path(out_dir)
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        # the old folder is moved aside and replaced: anything else there is refused
+        raise ValueError(f"the model folder {str(out)!r} is not a folder: choose a folder "
+                         "path (a link or a file there would be replaced, not written)")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=TMP_MARK))
     try:

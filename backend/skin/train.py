@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...addon.core.atomic import temp_file_for
+from ...addon.core.atomic import output_target, replace_atomic, temp_file_for
 from . import features, sampling
 from .model import SkinNet, model_config, reconstruction_loss, ssim_map
 
@@ -146,12 +146,12 @@ def _lr_lambda(steps: int) -> Callable[[int], float]:
 def save_checkpoint(path: str | os.PathLike, data: dict[str, Any]) -> Path:
     """``torch.save`` to a temp file beside ``path``, then ``os.replace``: a crash
     leaves the previous checkpoint whole."""
-    path = Path(path)
+    path = output_target(path, "checkpoint")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_file_for(path)
     try:
         torch.save(data, tmp)
-        os.replace(tmp, path)
+        replace_atomic(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -89,3 +89,22 @@ def test_missing_files_are_refused(exported, tmp_path) -> None:
         R.load_model(bad)
     with pytest.raises(R.ModelFolderError, match="does not exist: train one"):
         R.load_model(tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize("kind", ["file", "link"])
+def test_a_model_path_that_is_not_a_folder_is_refused_and_kept(exported, tmp_path, kind) -> None:
+    """Exporting moves the old model folder aside and puts the new one in its place: a
+    file (or a link) at that path would be replaced, so it is refused and left as is."""
+    from painted_skin.backend.skin import export
+
+    res, _ = exported
+    victim = tmp_path / "notes.txt"
+    victim.write_text("keep me")
+    out = tmp_path / "model"
+    if kind == "file":
+        out = victim
+    else:
+        out.symlink_to(victim)
+    with pytest.raises(ValueError, match="is not a folder"):
+        export.export_model(res.net, res.model_cfg, out, S.FINGERPRINT, res.report)
+    assert victim.read_text() == "keep me" and (kind == "file" or out.is_symlink())
