@@ -324,7 +324,7 @@ def _parse_options(text: str | None) -> dict:
 def cmd_restyle(args: argparse.Namespace) -> int:
     import signal
 
-    from .addon.blender.client import BackendError, BackendUnavailable
+    from .addon.blender.client import BackendError, BackendUnavailable, check_url
     from .addon.blender.image_io import read_image
     from .addon.blender.restyle import (
         restyle_shot,
@@ -333,6 +333,7 @@ def cmd_restyle(args: argparse.Namespace) -> int:
         stop_local_backend,
     )
 
+    check_url(args.url, args.keys)  # before anything is written into --out
     _check_shot(args)
     width, height = _parse_size(args.size)
     options = _parse_options(args.options)

@@ -30,7 +30,8 @@ from typing import Any
 
 import zmq
 
-from . import auth, protocol
+from . import auth, protocol, quotas
+from .log_limit import LogLimiter
 from .protocol import ProtocolError
 from .server import (
     E_CANCELLED,
@@ -56,6 +57,9 @@ class BrokerConfig:
     keys: str | None = None
     session_timeout: float = 10.0
     max_sessions: int = 1024
+    max_message_mb: float = protocol.MAX_MESSAGE_BYTES / 2**20  # arrays in one message
+    client_sessions: int = quotas.DEFAULT_CLIENT_SESSIONS  # sessions one client may hold
+    client_mb: float = quotas.DEFAULT_CLIENT_MB  # its frames in flight + OPENs (images)
 
 
 @dataclass(eq=False)
@@ -81,6 +85,7 @@ class BrokerSession:
     credits: int = 4
     inflight: dict[int, list[Any]] = field(default_factory=dict)  # frame -> FRAME message
     moving: list[int] | None = None  # moved: frames to hand back once the new worker opens
+    client: bytes = b""  # who holds it, for the per-client limits (quotas.client_id)
 
 
 def _split(body: list[Any]) -> tuple[list[bytes], list[Any]]:
@@ -91,6 +96,11 @@ def _split(body: list[Any]) -> tuple[list[bytes], list[Any]]:
         route.append(b"")
         rest = rest[1:]
     return route, rest
+
+
+def _nbytes(message: list[Any]) -> int:
+    """Bytes of a message's array frames (the header aside)."""
+    return sum(len(f) for f in message[1:])
 
 
 class Broker:
@@ -109,6 +119,11 @@ class Broker:
         self.sessions: dict[Key, BrokerSession] = {}
         self._last_seen: dict[bytes, float] = {}
         self._stop = threading.Event()
+        self._log = LogLimiter(log)  # what peers can trigger at will: rate-limited
+        self._max_message = int(self.cfg.max_message_mb * 2**20)
+        self._limits = quotas.ClientLimits(self.cfg.client_sessions,
+                                           int(self.cfg.client_mb * 2**20))
+        self._client = b""  # who sent the message being handled
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -123,8 +138,8 @@ class Broker:
             sock.linger = 0
             sock.rcvhwm = sock.sndhwm = 1024
             sock.router_handover = True  # a reconnecting peer keeps its identity
-            sock.setsockopt(zmq.MAXMSGSIZE,
-                            protocol.MAX_ARRAY_BYTES + protocol.MAX_HEADER_BYTES)
+            sock.setsockopt(zmq.MAXMSGSIZE, min(protocol.MAX_ARRAY_BYTES, self._max_message)
+                            + protocol.MAX_HEADER_BYTES)
             try:
                 if self.cfg.keys:
                     auth.make_server(sock, self.cfg.keys,
@@ -185,20 +200,21 @@ class Broker:
         finally:
             self.close()
 
-    @staticmethod
-    def _batch(sock: zmq.Socket, handler) -> None:
+    def _batch(self, sock: zmq.Socket, handler) -> None:
         for _ in range(64):
             try:
-                frames = protocol.recv_capped(sock, zmq.NOBLOCK)
+                frames = protocol.recv_capped(sock, zmq.NOBLOCK, self._max_message)
             except zmq.Again:
                 return
-            except protocol.ProtocolError as e:  # too big: drained and dropped
-                log.warning("broker: refused a message: %s", e)
+            except protocol.TooBig as e:  # drained and freed already
+                self._log.warn(e.code, "broker: refused a message: %s", e)
+                if sock is self.frontend:
+                    self._to_client(e.routing, error(e.code, str(e)))
                 continue
             try:
                 handler(frames)
             except Exception:  # a bug must not take the broker down
-                log.exception("broker: message handling failed")
+                self._log.exception(protocol.E_INTERNAL, "broker: message handling failed")
 
     def _to_client(self, route: list[bytes], frames: list[Any]) -> None:
         try:
@@ -226,6 +242,7 @@ class Broker:
     def _on_client(self, frames: list[Any]) -> None:
         route, body = _split(frames)
         self._last_seen[route[0]] = time.monotonic()
+        self._client = quotas.client_id(frames[-1], route[0])
         header: dict[str, Any] = {}
         try:
             msg = protocol.decode(body, expect=protocol.CLIENT_TYPES)
@@ -242,6 +259,7 @@ class Broker:
             else:
                 self._session_message(route, body, msg.type, header)
         except ProtocolError as e:
+            self._log.info(e.code, "client %s: %s: %s", route[0].hex()[:16], e.code, e)
             self._to_client(route, error(e.code, str(e), e.ref or header.get("id"),
                                          header.get("session"), header.get("frame")))
 
@@ -253,6 +271,8 @@ class Broker:
         pipeline = h.get("pipeline")
         key = (route[0], name)
         old = self.sessions.get(key)
+        count, held = self._held_by(self._client, besides=old)
+        quotas.check_open(self._limits, count, held, _nbytes(body), ref)
         if old is not None:  # re-open: the worker replaces it; its frames are cancelled
             self._cancel(old, None, ref)
             old.open_frames, old.pipeline, old.opened = body, pipeline, False
@@ -266,7 +286,8 @@ class Broker:
             raise ProtocolError(protocol.E_BUSY, "no backend worker is connected to the broker "
                                                  "(start `painted-skin serve --connect ...`)",
                                 ref)
-        s = BrokerSession(key, route, body, pipeline if isinstance(pipeline, str) else None)
+        s = BrokerSession(key, route, body, pipeline if isinstance(pipeline, str) else None,
+                          client=self._client)
         worker = self._pick(s)
         if worker is None:
             known = sorted({p for w in self.workers.values() for p in w.pipelines})
@@ -297,6 +318,8 @@ class Broker:
                 raise ProtocolError(protocol.E_BUSY, f"frame {frame}: {len(s.inflight)} frames "
                                                      f"outstanding, credits are {s.credits}; "
                                                      f"wait for a result", ref)
+            quotas.check_frame(self._limits, self._held_by(s.client)[1], _nbytes(body), frame,
+                               ref)
             s.inflight[frame] = body
         elif mtype == protocol.CANCEL:
             if frame is not None and not is_int(frame):
@@ -308,6 +331,12 @@ class Broker:
             self._to_client(route, reply(protocol.CLOSED, session=name, ref=_clean(ref)))
         if s.worker is not None:
             self._to_worker(s.worker, [*route, *body])
+
+    def _held_by(self, client: bytes, besides: BrokerSession | None = None) -> tuple[int, int]:
+        """(sessions, bytes) the client holds here, leaving ``besides`` out (a re-open)."""
+        mine = [s for s in self.sessions.values() if s.client == client and s is not besides]
+        return len(mine), sum(_nbytes(s.open_frames) + sum(map(_nbytes, s.inflight.values()))
+                              for s in mine)
 
     def _cancel(self, s: BrokerSession, frame: int | None, ref: Any) -> None:
         """Answer the cancel here: the worker's late replies for these frames are dropped."""

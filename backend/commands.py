@@ -44,11 +44,49 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_mb(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < 2**40:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of megabytes")
+    return value
+
+
+def _check_limits(args: argparse.Namespace) -> None:
+    from .protocol import MAX_MESSAGE_BYTES
+
+    if args.max_message_mb * 2**20 > MAX_MESSAGE_BYTES:
+        raise ValueError(f"--max-message-mb {args.max_message_mb:g} is over the protocol's "
+                         f"{MAX_MESSAGE_BYTES / 2**20:g}; give at most that")
+
+
+def _limit_args(p: argparse.ArgumentParser, sessions: int) -> None:
+    """The limits a service enforces (shown in --help; docs/protocol.md, Limits)."""
+    from .protocol import MAX_MESSAGE_BYTES
+    from .quotas import DEFAULT_CLIENT_MB, DEFAULT_CLIENT_SESSIONS
+
+    g = p.add_argument_group("limits (a client over one gets error 'busy' or 'too_big')")
+    g.add_argument("--max-sessions", type=_positive_int, default=sessions,
+                   help=f"sessions open at once, all clients (default {sessions})")
+    g.add_argument("--client-sessions", type=_positive_int, default=DEFAULT_CLIENT_SESSIONS,
+                   help="sessions one client may hold; a client is its CurveZMQ key, or its "
+                        f"connection without keys (default {DEFAULT_CLIENT_SESSIONS})")
+    g.add_argument("--client-mb", type=_positive_mb, default=DEFAULT_CLIENT_MB,
+                   help="MB of queued frames and reference images one client may hold "
+                        f"(default {DEFAULT_CLIENT_MB:g})")
+    g.add_argument("--max-message-mb", type=_positive_mb, default=MAX_MESSAGE_BYTES / 2**20,
+                   help="MB of arrays in one message; bigger ones are drained and refused "
+                        f"(default {MAX_MESSAGE_BYTES / 2**20:g}, also the most allowed)")
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from . import pipelines
     from .server import ServeConfig, Server
 
     _logging(args.verbose)
+    _check_limits(args)
     pipelines.register_builtin()
     if args.pipeline not in pipelines.REGISTRY:
         raise ValueError(  # cli.py prints ValueErrors without a traceback, exit 2
@@ -56,7 +94,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     cfg = ServeConfig(bind=args.bind, connect=args.connect, pipeline=args.pipeline,
                       device=args.device, credits=args.credits,
                       session_timeout=args.session_timeout, keys=args.keys,
-                      cache_mb=args.cache_mb, shm=not args.no_shm)
+                      cache_mb=args.cache_mb, shm=not args.no_shm,
+                      max_sessions=args.max_sessions, client_sessions=args.client_sessions,
+                      client_mb=args.client_mb, max_message_mb=args.max_message_mb)
     _check_keys(args.keys, "workers/worker" if args.connect else "server")
     server = Server(cfg)
     try:
@@ -84,9 +124,13 @@ def cmd_broker(args: argparse.Namespace) -> int:
     from .broker import Broker, BrokerConfig
 
     _logging(args.verbose)
+    _check_limits(args)
     _check_keys(args.keys, "server")
     broker = Broker(BrokerConfig(frontend=args.frontend, backend=args.backend, keys=args.keys,
-                                 session_timeout=args.session_timeout))
+                                 session_timeout=args.session_timeout,
+                                 max_sessions=args.max_sessions,
+                                 client_sessions=args.client_sessions,
+                                 client_mb=args.client_mb, max_message_mb=args.max_message_mb))
     try:
         front, back = broker.bind()
     except zmq.ZMQError as e:
@@ -132,6 +176,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--no-shm", action="store_true",
                    help="never take frames through shared memory from local clients")
     s.add_argument("-v", "--verbose", action="store_true")
+    _limit_args(s, 256)
     s.set_defaults(func=cmd_serve)
 
     b = sub.add_parser("broker", help="Paranoid Pirate broker: many workers behind one address")
@@ -141,6 +186,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="free the sessions of clients silent this long, seconds (default 10)")
     b.add_argument("--keys", metavar="DIR", help="CurveZMQ keys (painted-skin keys DIR)")
     b.add_argument("-v", "--verbose", action="store_true")
+    _limit_args(b, 1024)
     b.set_defaults(func=cmd_broker)
 
     k = sub.add_parser("keys", help="make CurveZMQ server and client key pairs in DIR")

@@ -18,16 +18,20 @@ One socket loop (main thread) and one compute thread:
   frame. A pipeline already loaded and prepared answers at once.
 
 Nothing is unbounded: a session may hold ``credits`` frames (queued or
-running), the server at most ``max_sessions`` sessions, the result cache
-``cache_mb`` megabytes. Every malformed message gets an ``error`` reply.
+running), a client ``client_sessions`` sessions and ``client_mb`` megabytes
+(quotas.py), the server at most ``max_sessions`` sessions, the result cache
+``cache_mb`` megabytes. Every malformed message gets an ``error`` reply (and a
+rate-limited log line).
 
 Shared memory (same machine, Linux): a bound server (never a broker's worker)
 grants ``"shm"`` in OPENED to a local client that asked and proved its segment
-readable here; its FRAME arrays are then read-only views of the client's
-segment, valid only until the frame's reply. So nothing that outlives the reply
-may keep such a view: a stateful pipeline gets private copies of the passes, the
-result and the cache never alias them, and a frame whose slot was rewritten
-meanwhile (its generation changed) is answered ``cancelled``, never cached.
+readable here; its FRAME arrays are then read-only views of the client's sealed
+memfd segment (it cannot shrink under the mapping), valid only until the frame's
+reply, or copies with ``pread`` out of a /dev/shm segment (never mapped: a client
+shrinking it under a mapping would kill the server with SIGBUS). So nothing that
+outlives the reply may keep such a view: a stateful pipeline gets private copies of
+the passes, the result and the cache never alias them, and a frame whose slot was
+rewritten meanwhile (its generation changed) is answered ``cancelled``, never cached.
 """
 
 from __future__ import annotations
@@ -48,8 +52,9 @@ from typing import Any
 import numpy as np
 import zmq
 
-from . import auth, pipelines, protocol
+from . import auth, pipelines, protocol, quotas
 from .diffusion.seeds import frame_seed  # noqa: F401  (re-exported: the one formula)
+from .log_limit import LogLimiter
 from .protocol import Message, ProtocolError
 
 log = logging.getLogger("painted_skin.backend")
@@ -170,6 +175,9 @@ class ServeConfig:
     max_sessions: int = 256
     shm: bool = True  # grant the shared-memory data path to local clients that ask
     max_shm_segments: int = 4  # segments mapped per session (least recently used dropped)
+    max_message_mb: float = protocol.MAX_MESSAGE_BYTES / 2**20  # arrays in one message
+    client_sessions: int = quotas.DEFAULT_CLIENT_SESSIONS  # sessions one client may hold
+    client_mb: float = quotas.DEFAULT_CLIENT_MB  # its queued frames + reference images
 
 
 @dataclass(eq=False)
@@ -193,6 +201,7 @@ class Session:
     shm_maps: OrderedDict[str, protocol.ShmSegment] = field(default_factory=OrderedDict)
     loading: Job | None = None  # the load that will answer OPEN (None once OPENED went out)
     failed: str | None = None  # set by the compute thread when that load failed
+    client: bytes = b""  # who holds it, for the per-client limits (quotas.client_id)
 
 
 @dataclass(eq=False)
@@ -204,7 +213,7 @@ class Job:
     seed: int
     arrived: float
     cancelled: bool = False
-    shm: bool = False  # some passes are views of the client's shared memory
+    shm: bool = False  # some passes were copied from the client's shared memory
     slot: tuple[protocol.ShmSegment, int, int] | None = None  # (segment, offset, generation)
     load: bool = False  # not a frame: load the session's pipeline, then answer its OPEN
     carry: dict[str, np.ndarray] | None = None  # the previous frame, for a temporal session
@@ -235,7 +244,7 @@ class Server:
         self._sessions: dict[tuple[bytes, str], Session] = {}
         self._last_seen: dict[bytes, float] = {}
         self._cond = threading.Condition()
-        self._ready: OrderedDict[tuple[bytes, str], Session] = OrderedDict()  # round-robin
+        self._ready: quotas.FairQueue[Session] = quotas.FairQueue()  # round-robin by client
         self._running: Job | None = None
         self._events: collections.deque[tuple] = collections.deque()
         self._wake_addr = f"inproc://painted-skin-wake-{id(self):x}"
@@ -252,6 +261,11 @@ class Server:
         self._heartbeat_at = 0.0
         self._backoff = RECONNECT_INIT
         self._peer: Any = None  # the frame being handled (its Peer-Address)
+        self._log = LogLimiter(log)  # what clients can trigger at will: rate-limited
+        self._max_message = int(self.cfg.max_message_mb * 2**20)
+        self._limits = quotas.ClientLimits(self.cfg.client_sessions,
+                                           int(self.cfg.client_mb * 2**20))
+        self._client = b""  # who sent the message being handled
 
     # ---- sockets -------------------------------------------------------------------------
 
@@ -291,7 +305,8 @@ class Server:
     def _tune(self, sock: zmq.Socket) -> None:
         sock.linger = 0
         sock.rcvhwm = sock.sndhwm = 256
-        sock.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_ARRAY_BYTES + protocol.MAX_HEADER_BYTES)
+        sock.setsockopt(zmq.MAXMSGSIZE, min(protocol.MAX_ARRAY_BYTES, self._max_message)
+                        + protocol.MAX_HEADER_BYTES)
 
     def _reconnect(self, first: bool = False) -> None:
         if self.sock is not None:
@@ -420,13 +435,13 @@ class Server:
     def _receive_batch(self) -> None:
         for _ in range(64):  # bounded, so results and heartbeats go out in between
             try:
-                frames = protocol.recv_capped(self.sock, zmq.NOBLOCK)
+                frames = protocol.recv_capped(self.sock, zmq.NOBLOCK, self._max_message)
             except zmq.Again:
                 return
-            except ProtocolError as e:  # too big: drained, answer the sender
-                routing = getattr(e, "routing", [])
-                if routing and not self.cfg.connect:
-                    self._send([routing[0].bytes], error(e.code, str(e)))
+            except protocol.TooBig as e:  # drained and freed already: answer the sender
+                self._log.warn(e.code, "refused a message: %s", e)
+                if not self.cfg.connect:
+                    self._send(e.routing, error(e.code, str(e)))
                 continue
             if self.cfg.connect:
                 self._broker_seen = time.monotonic()
@@ -456,6 +471,9 @@ class Server:
         self._last_seen[ident] = time.monotonic()
         header: dict[str, Any] = {}
         self._peer = frames[-1]
+        # a broker's worker sees only the broker: its envelopes name the clients
+        self._client = (b"id:" + ident if self.cfg.connect
+                        else quotas.client_id(self._peer, ident))
         try:
             msg = protocol.decode(body, expect=protocol.CLIENT_TYPES,
                                   allow_shm=self._shm_possible())
@@ -465,10 +483,12 @@ class Server:
                                                           "lie in shared memory", msg.id)
             getattr(self, f"_on_{msg.type}")(route, msg)
         except ProtocolError as e:
+            self._log.info(e.code, "client %s: %s: %s", ident.hex()[:16], e.code, e)
             self._send(route, error(e.code, str(e), e.ref or header.get("id"),
                                     header.get("session"), header.get("frame")))
         except Exception as e:  # a bug must not take the server down
-            log.exception("internal error on %s", header.get("type"))
+            self._log.exception(protocol.E_INTERNAL, "internal error on %s",
+                                _clean(header.get("type")))
             self._send(route, error(protocol.E_INTERNAL, f"{type(e).__name__}: {e}",
                                     header.get("id"), header.get("session"),
                                     header.get("frame")))
@@ -548,6 +568,8 @@ class Server:
             refs.append(a)
         key = (route[0], name)
         old = self._sessions.get(key)
+        count, held = self._held_by(self._client, besides=old)
+        quotas.check_open(self._limits, count, held, sum(r.nbytes for r in refs), ref)
         if old is not None:  # re-open replaces the session; its frames are cancelled
             self._drop_session(old, notify_ref=ref)
         elif len(self._sessions) >= self.cfg.max_sessions:
@@ -555,7 +577,8 @@ class Server:
                       f"takes); close some or try later", protocol.E_BUSY)
         s = self._sessions[key] = Session(
             key, list(route), name, pipeline, prompt, negative, seed, width, height, options,
-            refs, settings_hash(pipeline, prompt, negative, seed, width, height, options, refs))
+            refs, settings_hash(pipeline, prompt, negative, seed, width, height, options, refs),
+            client=self._client)
         if h.get("shm") is True:
             self._grant_shm(s, h.get("shm_probe"))
         if self._ready_for(s):
@@ -569,8 +592,7 @@ class Server:
         s.loading = job
         with self._cond:
             s.queue.appendleft(job)
-            if s.key not in self._ready:
-                self._ready[s.key] = s
+            self._ready.add(s.client, s.key, s)
             self._cond.notify()
 
     def _ready_for(self, s: Session) -> bool:
@@ -619,7 +641,7 @@ class Server:
         except ProtocolError as e:
             log.info("session %r: no shared memory (%s)", s.name, e)
             return
-        if bytes(seg.buf[:24]) == protocol.SHM_MAGIC + bytes.fromhex(token):
+        if seg.read_bytes(0, 24) == protocol.SHM_MAGIC + bytes.fromhex(token):
             s.shm = True
 
     def _shm_map(self, s: Session, name: str) -> protocol.ShmSegment:
@@ -628,7 +650,7 @@ class Server:
             seg = protocol.ShmSegment.attach(name)
             s.shm_maps[name] = seg
             while len(s.shm_maps) > self.cfg.max_shm_segments:
-                s.shm_maps.popitem(last=False)[1].close()  # views in jobs keep it mapped
+                s.shm_maps.popitem(last=False)[1].close()  # its queued frames: cancelled
         s.shm_maps.move_to_end(name)
         return seg
 
@@ -641,7 +663,7 @@ class Server:
                                 msg.id)
         arrays = dict(msg.arrays)
         for r in msg.shm:
-            arrays[r.name] = self._shm_map(s, r.segment).view(r.dtype, r.shape, r.offset)
+            arrays[r.name] = self._shm_map(s, r.segment).read(r.dtype, r.shape, r.offset)
         slot = msg.header.get("slot")
         if slot is None:
             return arrays, None
@@ -706,14 +728,15 @@ class Server:
             raise ProtocolError(protocol.E_BUSY, f"frame {frame}: {len(s.outstanding)} frames "
                                                  f"outstanding, credits are {self.cfg.credits}; "
                                                  f"wait for a result", msg.id)
+        quotas.check_frame(self._limits, self._held_by(s.client)[1],
+                           sum(a.nbytes for a in arrays.values()), frame, msg.id)
         job = Job(s, frame, _clean(msg.id), dict(arrays), frame_seed(s.seed, frame),
                   time.monotonic(), shm=bool(msg.shm), slot=slot, carry=carry or None,
                   carry_frame=carry_frame if carry else None)
         s.outstanding[frame] = job
         with self._cond:
             s.queue.append(job)
-            if s.key not in self._ready:
-                self._ready[s.key] = s
+            self._ready.add(s.client, s.key, s)
             self._cond.notify()
 
     def _on_cancel(self, route: list[bytes], msg: Message) -> None:
@@ -738,6 +761,12 @@ class Server:
 
     # ---- session bookkeeping -------------------------------------------------------------
 
+    def _held_by(self, client: bytes, besides: Session | None = None) -> tuple[int, int]:
+        """(sessions, bytes) the client holds, leaving ``besides`` out (a re-open)."""
+        mine = [s for s in self._sessions.values() if s.client == client and s is not besides]
+        return len(mine), sum(quotas.session_bytes(
+            s.refs, (j.passes for j in s.outstanding.values())) for s in mine)
+
     def _cancel_job(self, job: Job) -> None:
         """Forget a frame: unqueue it, or flag it so the pipeline stops at its next step."""
         s = job.session
@@ -749,7 +778,7 @@ class Server:
             except ValueError:
                 pass  # computing now
             if not s.queue:
-                self._ready.pop(s.key, None)
+                self._ready.discard(s.client, s.key)
 
     def _drop_session(self, s: Session, notify_ref: str | None = None) -> None:
         load, s.loading = s.loading, None
@@ -761,7 +790,7 @@ class Server:
                 except ValueError:
                     pass  # loading now: the pipeline stays cached for the next session
                 if not s.queue:
-                    self._ready.pop(s.key, None)
+                    self._ready.discard(s.client, s.key)
         for job in sorted(s.outstanding.values(), key=lambda j: j.frame):
             self._cancel_job(job)
             if notify_ref is not None:
@@ -878,16 +907,16 @@ class Server:
         self._send(s.route, error(code, text, job.ref, s.name))
 
     def _next_job(self) -> Job | None:
-        """Round-robin between the sessions with queued frames."""
+        """Round-robin between the clients with queued frames, then their sessions."""
         with self._cond:
             while not self._ready:
                 if self._stop.is_set():
                     return None
                 self._cond.wait(0.5)
-            key, s = self._ready.popitem(last=False)
+            s = self._ready.pop()
             job = s.queue.popleft()
             if s.queue:
-                self._ready[key] = s  # back of the line
+                self._ready.add(s.client, s.key, s)  # back of its client's line
             self._running = job
             return job
 

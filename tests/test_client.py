@@ -320,3 +320,32 @@ def test_primers_and_the_carry_survive_a_busy_backend(monkeypatch):
     assert sent[0] == (2, False)
     assert [c for f, c in sent if f == 5] and all(c for f, c in sent if f == 5)
     assert not any(c for f, c in sent if f in (6, 7))
+
+
+@pytest.mark.parametrize("url, words", [
+    ("not-a-url", "not a ZeroMQ endpoint"),
+    ("tcp://127.0.0.1", "not a ZeroMQ endpoint"),  # no port
+    ("tcp://127.0.0.1:70000", "not a ZeroMQ endpoint"),
+    ("http://127.0.0.1:5555", "not a ZeroMQ endpoint"),
+    ("tcp://192.0.2.1:5555", "no keys were given"),  # remote without keys: refused, not 30 s
+    ("tcp://127.0.0.1.example.net:5555", "no keys were given"),
+])
+def test_unusable_url_is_refused_at_once_with_one_line(url, words):
+    from painted_skin.addon.blender.client import BackendClient, BadBackendURL
+
+    t0 = time.monotonic()
+    with pytest.raises(BadBackendURL) as e:
+        BackendClient(url, timeout_s=30)
+    assert time.monotonic() - t0 < 1.0
+    text = str(e.value)
+    assert isinstance(e.value, ValueError)  # the CLI prints it on one line, exit 2
+    assert words in text and "\n" not in text and ("--keys" in text or "tcp://" in text)
+
+
+def test_remote_url_with_keys_is_accepted(tmp_path):
+    from painted_skin.addon.blender.client import BackendClient
+    from painted_skin.backend.auth import create_keys
+
+    create_keys(tmp_path)
+    c = BackendClient("tcp://192.0.2.1:5555", keys=tmp_path, timeout_s=0.1)
+    c.close()

@@ -28,7 +28,14 @@ H, W = 24, 32
 
 
 def exists(name: str) -> bool:
-    return os.path.exists(os.path.join(P.SHM_DIR, name))
+    """Segment ``name`` is still there: its /dev/shm file, or its creator's memfd."""
+    m = P.SHM_MEMFD_RE.fullmatch(name)
+    if m is None:
+        return os.path.exists(os.path.join(P.SHM_DIR, name))
+    try:
+        return os.readlink(P._shm_path(name)) == f"/memfd:ps-{m.group(3)} (deleted)"
+    except OSError:
+        return False
 
 
 def shot(c: BackendClient, frames: range, salt: int = 0) -> dict[int, np.ndarray]:
@@ -142,13 +149,16 @@ def test_broker_never_grants_shm():
             t.join(5)
 
 
-def test_opt_out_and_non_local_urls_do_not_ask(serve):
+def test_opt_out_and_non_local_urls_do_not_ask(serve, tmp_path):
+    from painted_skin.backend import auth
+
     _, ep = serve()
     with BackendClient(ep, shm=False, timeout_s=10) as c:
         assert not c.shm_requested
         c.open("echo", W, H)
         assert not c.shm_active and c._ring is None
-    remote = BackendClient("tcp://192.0.2.1:5555", timeout_s=0.1)
+    auth.create_keys(tmp_path)  # a remote backend needs keys (the client refuses otherwise)
+    remote = BackendClient("tcp://192.0.2.1:5555", keys=tmp_path, timeout_s=0.1)
     try:
         assert not remote.shm_requested
     finally:
@@ -301,6 +311,82 @@ def test_slot_rewritten_while_queued_is_cancelled_not_cached(serve):
         seg.close()
 
 
+def test_a_sealed_segment_cannot_shrink_and_is_read_in_place():
+    """The default segment is a memfd sealed against shrinking: the kernel refuses a
+    truncate (so a mapping of it never faults) and a reader maps it: views, no copy."""
+    seg = P.ShmSegment.create(1 << 16)
+    assert P.SHM_MEMFD_RE.fullmatch(seg.name), seg.name
+    placed = seg.write({"depth": np.arange(64, dtype=np.float32)}, 4096, seg.size)
+    with pytest.raises(PermissionError):
+        os.ftruncate(seg._fd, 4096)
+    reader = P.ShmSegment.attach(seg.name)
+    try:
+        got = reader.read("float32", (64,), placed["depth"]["offset"])
+        assert reader.in_place and not got.flags.writeable and got.base is not None
+        np.testing.assert_array_equal(got, np.arange(64, dtype=np.float32))
+    finally:
+        del got
+        reader.close()
+        seg.close()
+
+
+def test_a_memfd_that_is_not_the_named_sealed_one_is_refused(tmp_path):
+    """A reader opens /proc/PID/fd/N only for a memfd carrying the name's tag and
+    sealed against shrinking: any other descriptor of the process (a file, an
+    unsealed memfd, a reused number) is ``bad_array``, never read."""
+    plain = open(tmp_path / "secret.txt", "wb")  # noqa: SIM115 - held open on purpose
+    plain.write(b"x" * 4096)
+    plain.flush()
+    unsealed = os.memfd_create("ps-" + "0" * 32)
+    os.ftruncate(unsealed, 4096)
+    try:
+        for fd, tag in ((plain.fileno(), "1" * 32), (unsealed, "0" * 32),
+                        (unsealed, "2" * 32)):
+            with pytest.raises(P.ProtocolError) as e:
+                P.ShmSegment.attach(f"psfd-{os.getpid()}-{fd}-{tag}")
+            assert e.value.code == P.E_BAD_ARRAY
+    finally:
+        plain.close()
+        os.close(unsealed)
+
+
+def test_segment_shrunk_after_open_is_an_error_not_a_crash(tmp_path):
+    """A /dev/shm segment (``PAINTED_SKIN_SHM=file``) can be truncated by its client after
+    the server attached it: a mapping would fault (SIGBUS kills the server); the server
+    copies with pread instead, answers an error and keeps serving."""
+    proc, line = spawn("serve", "--bind", LOOP, "--cache-mb", "0", log=tmp_path / "serve.log")
+    seg = P.ShmSegment.create(1 << 20, memfd=False)
+    token = uuid.uuid4().hex
+    seg.buf[:24] = P.SHM_MAGIC + bytes.fromhex(token)
+    path = os.path.join(P.SHM_DIR, seg.name)
+    c = Client(line.split("listening on ")[1].split()[0])
+    try:
+        m = c.request(P.OPEN, session="s", width=W, height=H, shm=True,
+                      shm_probe={"segment": seg.name, "token": token},
+                      options={"progress": False, "steps": 1})
+        assert m.header.get("shm") is True, m.header
+        passes = make_passes(H, W, 3)
+        far = seg.write(passes, 512 * 1024, seg.size)  # pages past the new end below
+        m = c.request(P.FRAME, passes, placements=far, session="s", frame=0)
+        assert m.type == P.RESULT  # fine while the segment is whole
+        os.truncate(path, 4096)  # the test touches no page of it from here on
+        m = c.request(P.FRAME, passes, placements=far, session="s", frame=1, timeout=10)
+        assert m.type == P.ERROR and m.header["code"] == P.E_BAD_ARRAY, m.header
+        assert "shrank" in m.header["message"] and m.frame == 1
+        for f in range(2, 12):  # shrink racing the read: an answer each, never a crash
+            os.truncate(path, 1 << 20)
+            c.send(P.FRAME, passes, placements=far, session="s", frame=f)
+            os.truncate(path, 4096)
+            m, _ = c.result("s", f, timeout=10)
+            assert m.type == P.RESULT or m.header["code"] == P.E_BAD_ARRAY, m.header
+        assert c.request(P.PING).type == P.PONG and proc.poll() is None
+    finally:
+        c.close()
+        seg.close()
+        code = stop_proc(proc)
+    assert code in (0, -signal.SIGTERM), f"server ended with {code} (SIGBUS is -7)"
+
+
 # ---- cleanup ------------------------------------------------------------------------------------
 
 
@@ -320,8 +406,10 @@ CLIENT = textwrap.dedent("""
 """)
 
 
-def run_client(ep: str, mode: str) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([PY, "-c", CLIENT, ep, mode], stdout=subprocess.PIPE, text=True)
+def run_client(ep: str, mode: str, kind: str = "") -> tuple[subprocess.Popen, str]:
+    env = {**os.environ, "PAINTED_SKIN_SHM": kind}
+    proc = subprocess.Popen([PY, "-c", CLIENT, ep, mode], stdout=subprocess.PIPE, text=True,
+                            env=env)
     name = proc.stdout.readline().strip()
     assert P.SHM_NAME_RE.fullmatch(name), name
     return proc, name
@@ -340,8 +428,10 @@ def test_client_close_and_exit_unlink_segments(serve):
 
 
 def test_sigkilled_client_segments_removed_when_server_frees_session(serve):
+    """A /dev/shm segment outlives its SIGKILLed creator until reaped (a memfd goes
+    with its last holder by itself)."""
     server, ep = serve(session_timeout=1.0)
-    proc, name = run_client(ep, "sleep")
+    proc, name = run_client(ep, "sleep", kind="file")
     try:
         assert exists(name)
         assert not P.reap_shm(name)  # its creator is alive: kept
@@ -359,9 +449,10 @@ def test_sigkilled_client_segments_removed_when_server_frees_session(serve):
 
 def test_sweep_removes_only_dead_creators_segments():
     code = ("from painted_skin.backend import protocol as P; import time; "
-            "s = P.ShmSegment.create(4096); print(s.name, flush=True); time.sleep(60)")
+            "s = P.ShmSegment.create(4096, memfd=False); print(s.name, flush=True); "
+            "time.sleep(60)")
     proc = subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, text=True)
-    live = P.ShmSegment.create(4096)
+    live = P.ShmSegment.create(4096, memfd=False)
     try:
         name = proc.stdout.readline().strip()
         proc.send_signal(signal.SIGKILL)

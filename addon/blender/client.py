@@ -32,6 +32,7 @@ client's sweep (dead creators hold no lock). Anything else: the plain TCP path.
 from __future__ import annotations
 
 import logging
+import re
 import time
 import uuid
 from collections import deque
@@ -68,6 +69,30 @@ class BackendError(RuntimeError):
         super().__init__(f"{code}: {message}")
         self.code, self.message, self.ref, self.session, self.frame = (
             code, message, ref, session, frame)
+
+
+class BadBackendURL(ValueError):
+    """A backend URL that cannot work: not a ZeroMQ endpoint, or off this machine
+    without CurveZMQ keys (the backend refuses unencrypted remote clients)."""
+
+
+_ENDPOINT = re.compile(r"tcp://(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):([0-9]{1,5})"
+                       r"|ipc://[^\s]+|inproc://[^\s]+")
+
+
+def check_url(url: object, keys: object = None) -> None:
+    """Refuse, with one line saying how to fix it, a URL the client could only wait
+    on in silence: not ``tcp://HOST:PORT`` / ``ipc://PATH`` / ``inproc://NAME``, or
+    not on this machine while ``keys`` is None. Raises :class:`BadBackendURL`."""
+    m = _ENDPOINT.fullmatch(url) if isinstance(url, str) else None
+    if m is None or (m.group(1) is not None and not 0 < int(m.group(1)) < 65536):
+        raise BadBackendURL(f"backend URL {str(url)[:200]!r} is not a ZeroMQ endpoint; give "
+                            "tcp://HOST:PORT (e.g. tcp://127.0.0.1:5555) or ipc://PATH")
+    if keys is None and not P.is_local_endpoint(url):
+        raise BadBackendURL(f"backend URL {url} is not on this machine and no keys were "
+                            "given: a remote backend takes only encrypted clients; pass the "
+                            "folder made by `painted-skin keys DIR` (--keys DIR), or reach "
+                            "it through tcp://127.0.0.1:PORT (e.g. an ssh tunnel)")
 
 
 class BackendUnavailable(BackendError):
@@ -238,6 +263,7 @@ class BackendClient:
     a local backend). ``max_inflight`` caps frames in flight below the credits.
     ``shm``: use shared memory for the passes when the backend is on this machine
     and grants it (:attr:`shm_active`); ``False`` always sends them on the socket.
+    A URL that cannot work (:func:`check_url`) raises :class:`BadBackendURL` at once.
     """
 
     def __init__(self, url: str = DEFAULT_URL, keys: CurveKeys | str | Path | None = None,
@@ -245,6 +271,7 @@ class BackendClient:
                  heartbeat_timeout: float = 3.0, cancel_grace_s: float = 3.0,
                  on_dead: Callable[[], None] | None = None, max_inflight: int | None = None,
                  context: zmq.Context | None = None, shm: bool = True) -> None:
+        check_url(url, keys)
         self.url = url
         self.keys = CurveKeys.from_dir(keys) if isinstance(keys, str | Path) else keys
         self.timeout_s, self.heartbeat_s, self.heartbeat_timeout = (
@@ -298,7 +325,11 @@ class BackendClient:
             s.curve_secretkey = self.keys.secret
             s.curve_publickey = self.keys.public
             s.curve_serverkey = self.keys.server_public
-        s.connect(self.url)
+        try:
+            s.connect(self.url)
+        except zmq.ZMQError as e:  # what check_url let through but ZeroMQ refuses
+            s.close(linger=0)
+            raise BadBackendURL(f"backend URL {self.url}: {e}") from None
         self._sock = s
 
     def _reconnect(self) -> None:
