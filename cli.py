@@ -54,7 +54,7 @@ def _retarget_options(args: argparse.Namespace):
     from .addon.core.retarget import RetargetOptions
 
     return RetargetOptions(in_place=args.in_place, foot_lock=not args.no_foot_lock,
-                           ground=args.ground)
+                           ground=args.ground, keep_posture=args.keep_posture)
 
 
 def cmd_retarget(args: argparse.Namespace) -> int:
@@ -462,6 +462,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="batch: skip clips that fail (reported; exit 2) instead of stopping")
     r.add_argument("--in-place", action="store_true", help="drop horizontal root motion")
     r.add_argument("--no-foot-lock", action="store_true", help="do not pin feet in contact")
+    r.add_argument("--keep-posture", action="store_true",
+                   help="keep the character's own rest posture (a stylised hunch) on top of "
+                        "the source's torso motion (default: the torso follows the source)")
     r.add_argument("--ground", choices=("floor", "keep"), default="floor",
                    help="floor: feet meet the character's floor; keep: scaled source height")
     r.set_defaults(func=cmd_retarget)

@@ -261,6 +261,48 @@ def test_limbs_point_like_the_mocap(bpy_clean, shared_data, tmp_path, clip, char
     assert err.max() < (8.0 if foot_lock else 2.0), worst
 
 
+DANCE = "bvh/cmu_motionbuilder_friendly/05_06.bvh"  # CMU 05_06: cartwheel, pirouettes
+FBX_TURN = "fbx_clips/91_50.fbx"  # Poser/DAZ names, no upper chest, one neck bone
+FEMALE = "characters/human-female.glb"
+TORSO = (("torso", "hips", "neck"), ("neck", "neck", "head"))
+
+
+@pytest.mark.parametrize("clip,character", [
+    pytest.param(DANCE, HUMAN, id="05_06-human-male"),
+    pytest.param(FBX_TURN, FEMALE, id="91_50-human-female"),
+])
+def test_torso_and_neck_point_like_the_mocap(bpy_clean, shared_data, tmp_path, clip,
+                                             character):
+    """The character's torso (hips -> neck) and neck (neck -> head) point where the
+    mocap's do, frame by frame as Blender evaluates both, though the rigs' spines
+    differ (CMU: 3 spine + 2 neck bones, Poser: 2 + 1, the characters: 3 + 1)."""
+    from painted_skin.addon.blender.importers import import_character, imported_clip
+    from painted_skin.addon.blender.retarget_api import retarget_clip
+
+    bpy = bpy_clean
+    src = short_bvh(shared_data, clip, tmp_path, frames=600) if clip.endswith(".bvh") \
+        else shared_data / clip
+    session.reset_scene()
+    arm = import_character(shared_data / character)
+    with imported_clip(src) as (mocap, _):
+        report = retarget_clip(mocap, arm, set_scene=False)
+        assert report.posture == "source"
+        assert set(report.chains) == {"hips-neck", "neck-head"}
+        s, t = source_of(report), target_of(report)
+        frames = list(clip_frames(report))[::10]
+        joints = ["hips", "neck", "head", "leftUpperArm", "leftLowerArm"]
+        sp = track(bpy, mocap, [s[c] for c in joints], frames)
+        tp = track(bpy, arm, [t[c] for c in joints], frames)
+    errors = {}
+    for name, lo, hi in (*TORSO, ("upper arm", "leftUpperArm", "leftLowerArm")):
+        a, b = joints.index(lo), joints.index(hi)
+        errors[name] = angle_deg(sp[:, b] - sp[:, a], tp[:, b] - tp[:, a])
+    summary = {k: (round(float(v.mean()), 2), round(float(v.max()), 2))
+               for k, v in errors.items()}
+    for name in ("torso", "neck", "upper arm"):
+        assert errors[name].mean() < 2.0 and errors[name].max() < 4.0, summary
+
+
 # --------------------------------------------------------------------------- FBX
 @pytest.mark.parametrize("character", [pytest.param(HUMAN, id="human-male"),
                                        pytest.param(KAYKIT, id="kaykit")])

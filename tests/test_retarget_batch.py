@@ -40,3 +40,18 @@ def test_keep_going_skips_a_bad_clip(character, tmp_path, capsys, bpy_clean) -> 
     assert arm.animation_data.action.name == "wave"
     assert [t.strips[0].action.name for t in arm.animation_data.nla_tracks] == ["sit"]
     assert not any("broken" in a.name for a in bpy_clean.data.actions)
+
+
+def test_keep_posture_reaches_the_report(character, tmp_path, bpy_clean) -> None:
+    """``--keep-posture`` keeps the character's own torso posture; the report says
+    which posture the run used, so a farm's log shows it."""
+    import json
+
+    clip = gen.write_clip(tmp_path / "walk.bvh", "walk", frames=12, fps=24)
+    postures = {}
+    for extra in ([], ["--keep-posture"]):
+        report = tmp_path / f"report{len(extra)}.json"
+        assert cli.main(["retarget", "--source", str(clip), "--target", str(character),
+                         "--report", str(report), *extra]) == 0
+        postures[bool(extra)] = json.loads(report.read_text())["posture"]
+    assert postures == {False: "source", True: "character"}

@@ -302,3 +302,53 @@ def test_read_motion_matches_blenders_own_pose(bpy_clean, walk_bvh):
         ours = motion.pose[f - motion.frame_start]
         theirs = np.array([np.array(arm.pose.bones[n].matrix) for n in skel.names])
         assert np.abs(ours - theirs).max() < 1e-5
+
+
+def _torso_track(bpy, arm, bones: list[str], frames) -> np.ndarray:
+    """World heads (F, len(bones), 3) of the named pose bones, as Blender evaluates them."""
+    names = [pb.name for pb in arm.pose.bones]
+    return world_heads(bpy, arm, frames)[:, [names.index(b) for b in bones]]
+
+
+def test_torso_follows_the_clip_or_keeps_the_characters_posture(bpy_clean, tmp_path):
+    """On the demo character (6 torso bones, its own rest curve) a CMU-named clip
+    (3 spine and 2 neck bones): by default the character's hips -> neck and
+    neck -> head point where the clip's do, as Blender evaluates the baked action;
+    with keep_posture its own posture stays on top, and the report says which."""
+    from painted_skin.addon.blender.retarget_api import retarget_clip
+    from painted_skin.addon.core.retarget import RetargetOptions
+    from painted_skin.rigs.character import DEMO_BONE_MAP, build_demo_character
+
+    bpy = bpy_clean
+    path = gen.write_clip(tmp_path / "jump.bvh", "jump", frames=40, fps=30, convention="cmu")
+    bpy.ops.import_anim.bvh(filepath=str(path), global_scale=0.01, rotate_mode="NATIVE",
+                            axis_forward="-Z", axis_up="Y")
+    mocap = bpy.context.object
+    arm = build_demo_character()
+    opts = RetargetOptions(ground="keep", foot_lock=False)
+    frames = list(range(1, 41, 3))
+    cmu = gen.CONVENTION_MAPS["cmu"]
+    src = _torso_track(bpy, mocap, [cmu[c] for c in ("hips", "neck", "head")], frames)
+    tgt_bones = [DEMO_BONE_MAP[c] for c in ("hips", "neck", "head")]
+    tracks, reports = {}, {}
+    for keep in (False, True):
+        reports[keep] = retarget_clip(mocap, arm, options=opts, set_scene=False,
+                                      keep_posture=keep)
+        tracks[keep] = _torso_track(bpy, arm, tgt_bones, frames)
+
+    def angles(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        a = a / np.linalg.norm(a, axis=-1, keepdims=True)
+        b = b / np.linalg.norm(b, axis=-1, keepdims=True)
+        return np.degrees(np.arccos(np.clip((a * b).sum(-1), -1.0, 1.0)))
+
+    follow, keep = tracks[False], tracks[True]
+    for lo, hi in ((0, 1), (1, 2)):
+        err = angles(src[:, hi] - src[:, lo], follow[:, hi] - follow[:, lo])
+        assert err.max() < 1.0, err.max()
+    assert reports[False].posture == "source" and reports[True].posture == "character"
+    assert reports[False].to_dict()["chains"]["hips-neck"] == {
+        "source": ["LowerBack", "Spine", "Spine1"],
+        "target": ["spine.001", "spine.002", "spine.003"]}
+    # The demo's own neck leans on its rest curve: kept, the neck points elsewhere.
+    lean = angles(keep[:, 2] - keep[:, 1], follow[:, 2] - follow[:, 1])
+    assert lean.min() > 1.0, lean.min()

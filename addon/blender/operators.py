@@ -103,7 +103,8 @@ class PS_OT_retarget(bpy.types.Operator):
         target_map = _map_from_rows(s) if s.use_edited_map and len(s.target_map) else (
             "auto" if s.target_preset == "AUTO" else s.target_preset)
         source_map = "auto" if s.source_preset == "AUTO" else s.source_preset
-        opts = RetargetOptions(in_place=s.in_place, foot_lock=s.foot_lock, ground=s.ground)
+        opts = RetargetOptions(in_place=s.in_place, foot_lock=s.foot_lock, ground=s.ground,
+                               keep_posture=s.keep_posture)
         wm = context.window_manager
         wm.progress_begin(0, 100)
 

@@ -56,6 +56,7 @@ class PS_PT_retarget(bpy.types.Panel):
         row = col.row()
         row.prop(s, "in_place")
         row.prop(s, "foot_lock")
+        col.prop(s, "keep_posture")
         col.operator("painted_skin.retarget", icon="ARMATURE_DATA")
         if s.last_report:
             col.label(text=s.last_report, icon="INFO")

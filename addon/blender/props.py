@@ -58,6 +58,10 @@ class PS_RetargetSettings(bpy.types.PropertyGroup):
     in_place: BoolProperty(name="In place", description="Drop horizontal root motion")
     foot_lock: BoolProperty(name="Foot lock", default=True,
                             description="Pin feet during ground contact (two-bone IK)")
+    keep_posture: BoolProperty(
+        name="Keep posture",
+        description="Keep the character's own rest posture (a stylised hunch) on top of the "
+                    "mocap's torso motion; off: the spine, neck and head follow the mocap")
     ground: EnumProperty(
         name="Ground",
         items=[("floor", "Floor", "The clip's lowest foot meets the character's floor"),

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import bpy
@@ -57,6 +57,11 @@ class RetargetReport:
     timings_s: dict[str, float] = field(default_factory=dict)
     source_fps: float = 0.0  # the clip's own rate; != fps when the clip was resampled
     source_frames: int = 0  # the clip's own frame count
+    # "source": the torso follows the clip's posture; "character": the character keeps
+    # its own rest posture (keep_posture) as an offset on top of the clip's motion.
+    posture: str = "source"
+    # torso chains solved as a whole: "hips-neck" / "neck-head" -> source, target bones
+    chains: dict[str, dict[str, list[str]]] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -217,6 +222,7 @@ def retarget_clip(
     clip_action: str | None = None,
     fps: float | None = None,
     frame_start: int | None = None,
+    keep_posture: bool = False,
 ) -> RetargetReport:
     """Retarget ``source`` onto the armature ``target`` and bake an Action.
 
@@ -232,8 +238,14 @@ def retarget_clip(
     frames, exact where the times coincide) and ``frame_start`` moves the action's
     first key. The report gives both the baked ``fps`` and the clip's
     ``source_fps``.
+
+    ``keep_posture``: the character keeps its own rest posture (a stylised hunch) on
+    top of the clip's torso motion instead of taking the clip's; the report's
+    ``posture`` says which was used ("character" or "source").
     """
     report = progress or (lambda f, msg: None)
+    if keep_posture:
+        options = replace(options or RetargetOptions(), keep_posture=True)
     if target is None or target.type != "ARMATURE":
         raise RetargetError("no target armature: choose the character's armature")
     t0 = time.perf_counter()
@@ -305,4 +317,6 @@ def retarget_clip(
         timings_s={"read": t_read - t0, "solve": t_solve - t_read, "bake": t_bake - t_solve},
         source_fps=source_fps,
         source_frames=src.motion.frames,
+        posture="character" if result.keep_posture else "source",
+        chains={name: {"source": s, "target": t} for name, (s, t) in result.chains.items()},
     )

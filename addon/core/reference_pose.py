@@ -13,6 +13,12 @@ is the smallest swing that lays a limb bone onto its canonical axis (inherited
 by the bones below it, so a hand's fingers keep their rest shape). Bone rolls
 and local axis conventions cancel out, since they sit to the right of
 ``R_rest``.
+
+The torso is laid out too: every bone from the hips to the head (any number of
+spine and neck bones) points straight up, so a hunched rest and an upright one
+mean the same reference posture. What hangs off the torso (head, shoulders)
+keeps its rest orientation in the world, facing corrected: rest poses look
+ahead with level shoulders whatever the spine's curve.
 """
 
 from __future__ import annotations
@@ -20,16 +26,32 @@ from __future__ import annotations
 import numpy as np
 
 from ...rigs.humanoid import AIM_CHILD, REFERENCE_DIRECTIONS
+from .body_chains import UP, torso_aims
 from .skeleton import Skeleton, apply_points, rotations
 from .transforms import normalize, rotation_between
 
 _UP_CANDIDATES = ("head", "neck", "upperChest", "chest", "spine")
+_LEG_ENDS = ("Foot", "LowerLeg")
 _SIDE_PAIRS = (("leftUpperLeg", "rightUpperLeg"), ("leftUpperArm", "rightUpperArm"),
                ("leftShoulder", "rightShoulder"))
 
 
 class ReferencePoseError(ValueError):
     """The skeleton lacks the bones needed to find its facing."""
+
+
+def _legs_up(heads: dict[str, np.ndarray]) -> np.ndarray | None:
+    """Up along the rest legs (between the hip joints, from between the feet): a
+    hunched or leaning torso does not tilt it, as it tilts hips -> head."""
+    if not {"leftUpperLeg", "rightUpperLeg"} <= set(heads):
+        return None
+    top = (heads["leftUpperLeg"] + heads["rightUpperLeg"]) / 2
+    for lo in _LEG_ENDS:
+        if {f"left{lo}", f"right{lo}"} <= set(heads):
+            up = top - (heads[f"left{lo}"] + heads[f"right{lo}"]) / 2
+            if np.linalg.norm(up) > 1e-9:
+                return up
+    return None
 
 
 def facing_rotation(heads: dict[str, np.ndarray]) -> np.ndarray:
@@ -40,6 +62,9 @@ def facing_rotation(heads: dict[str, np.ndarray]) -> np.ndarray:
             if name in heads and np.linalg.norm(heads[name] - heads["hips"]) > 1e-9:
                 up = heads[name] - heads["hips"]
                 break
+    legs = _legs_up(heads)
+    if legs is not None and (up is None or np.dot(legs, up) > 0):
+        up = legs
     left = None
     for lname, rname in _SIDE_PAIRS:
         if lname in heads and rname in heads:
@@ -57,10 +82,14 @@ def facing_rotation(heads: dict[str, np.ndarray]) -> np.ndarray:
     return can @ src.T
 
 
-def reference_frames(skel: Skeleton, bone_map: dict[str, str]) -> np.ndarray:
+def reference_frames(skel: Skeleton, bone_map: dict[str, str],
+                     straighten_torso: bool = True) -> np.ndarray:
     """World reference-pose rotations (n, 3, 3) for every bone of ``skel``.
 
     ``bone_map`` maps canonical joint names to this skeleton's bone names.
+    ``straighten_torso=False`` keeps the torso's rest curve in the reference
+    pose: a character retargeted with it keeps its own posture on top of the
+    source's motion.
     """
     rest_world = skel.world @ skel.rest
     r_rest = rotations(rest_world)
@@ -69,17 +98,22 @@ def reference_frames(skel: Skeleton, bone_map: dict[str, str]) -> np.ndarray:
     mapped = {c: skel.index(b) for c, b in bone_map.items() if b in skel}
     g = facing_rotation({c: heads_w[i] for c, i in mapped.items()})
     canonical_of = {i: c for c, i in mapped.items()}
+    torso = torso_aims(skel, bone_map)
 
     swing = np.empty((len(skel), 3, 3))
     for i, p in enumerate(skel.parents):
         c = canonical_of.get(i)
-        if c in REFERENCE_DIRECTIONS:
+        if i in torso:
+            swing[i] = rotation_between(g @ torso[i], UP) if straighten_torso else np.eye(3)
+        elif c in REFERENCE_DIRECTIONS:
             child = AIM_CHILD.get(c)
             if child in mapped and np.linalg.norm(heads_w[mapped[child]] - heads_w[i]) > 1e-9:
                 d = heads_w[mapped[child]] - heads_w[i]
             else:
                 d = tails_w[i] - heads_w[i]
             swing[i] = rotation_between(g @ d, np.asarray(REFERENCE_DIRECTIONS[c]))
+        elif p in torso:
+            swing[i] = np.eye(3)
         elif p >= 0:
             swing[i] = swing[p]
         else:

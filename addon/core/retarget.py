@@ -5,11 +5,14 @@ relative to its reference frame (see ``reference_pose``) is
 
     D(t) = W_src(t) @ C_src^T
 
-and the target bone takes ``W_tgt(t) = D(t) @ C_tgt``. Bone positions follow
+and the target bone takes ``W_tgt(t) = D(t) @ C_tgt``. The torso (hips to neck,
+neck to head, any bone count on either side) is solved as chains instead (see
+``body_chains``): its overall direction and twist follow the source's and the
+bend is shared over the target's bones by their lengths. Bone positions follow
 from the target's own rest offsets (forward kinematics), so proportions are
 the target's; only the hips carry translation, scaled by the leg-length ratio.
-Target bones without a source (an extra spine bone, a twist bone) share the
-rotation of their mapped neighbours, interpolated along the chain.
+Other target bones without a source (a twist bone) follow their mapped
+neighbours.
 
 Pure numpy: the Blender layer reads arrays in and writes keyframes out.
 """
@@ -22,6 +25,7 @@ from typing import Literal
 import numpy as np
 
 from ...rigs.humanoid import canonical_parent
+from .body_chains import Chain, chain_ends, path_between, solve_chain, torso_chains
 from .footlock import FootLockResult, foot_skate_cm, lock_feet
 from .reference_pose import reference_frames
 from .skeleton import (
@@ -46,6 +50,9 @@ class RetargetOptions:
     ground: Ground = "floor"  # "floor": lowest foot of the clip meets the target's floor
     foot_lock: bool = True
     root_scale: float | None = None  # None: leg-length ratio target/source
+    # True: the character keeps its own rest posture (a stylised hunch) as a constant
+    # offset on top of the source's torso motion; False: its torso follows the source's.
+    keep_posture: bool = False
 
 
 @dataclass
@@ -61,6 +68,9 @@ class RetargetResult:
     root_scale: float
     pairs: dict[str, tuple[str, str]]  # canonical -> (source bone, target bone)
     foot: FootLockResult | None = None
+    # "hips-neck" / "neck-head" -> (source bones, target bones) solved as one chain
+    chains: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict)
+    keep_posture: bool = False
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -95,23 +105,14 @@ def _foot_indices(skel: Skeleton, bone_map: dict[str, str], names: tuple[str, ..
 _CHAIN_GROUPS = ("spine", "chest", "upperChest", "neck", "head")
 
 
-def _chain_between(skel: Skeleton, top: int, bottom: int) -> list[int] | None:
-    """Bones strictly between ``top`` and its descendant ``bottom`` (top first)."""
-    out = []
-    p = skel.parents[bottom]
-    while p >= 0 and p != top:
-        out.append(p)
-        p = skel.parents[p]
-    return out[::-1] if p == top else None
-
-
 def implicit_pairs(source: Skeleton, source_map: dict[str, str], target: Skeleton,
                    target_map: dict[str, str]) -> list[tuple[int, int]]:
     """Pair unmapped bones that sit at the same place on both sides.
 
     Between two joints mapped on both sides, chains with the same number of
-    unmapped bones (CMU's LHipJoint, a Neck1, a second spine bone) are paired
-    one to one; unmapped leaves under a mapped joint pair by equal names.
+    unmapped bones (CMU's LHipJoint) are paired one to one (the torso's are
+    solved as chains instead); unmapped leaves under a mapped joint pair by
+    equal names.
     """
     pairs = []
     both = [c for c in target_map if c in source_map and source_map[c] in source
@@ -121,8 +122,8 @@ def implicit_pairs(source: Skeleton, source_map: dict[str, str], target: Skeleto
         parent = canonical_parent_in(c, both)
         if parent is None:
             continue
-        t_chain = _chain_between(target, target.index(target_map[parent]), ti)
-        s_chain = _chain_between(source, source.index(source_map[parent]), si)
+        t_chain = path_between(target, target.index(target_map[parent]), ti)
+        s_chain = path_between(source, source.index(source_map[parent]), si)
         if t_chain and s_chain and len(t_chain) == len(s_chain):
             pairs += list(zip(s_chain, t_chain, strict=True))
     paired = {j for _, j in pairs} | {target.index(target_map[c]) for c in both}
@@ -231,9 +232,16 @@ def retarget(
     }
     n = len(target)
     has = np.zeros(n, dtype=bool)
+    ends = chain_ends(source, source_map, target, target_map)
+    chain_pairs = [(f"{lo}-{hi}", sc, tc) for lo, hi, sc, tc in zip(
+        ends[:-1], ends[1:], torso_chains(source, source_map, ends),
+        torso_chains(target, target_map, ends), strict=True)
+        if sc is not None and tc is not None]
+    in_chain = {j for _, _, tc in chain_pairs for j in tc.bones}
     bone_pairs = [(source.index(sb), target.index(tb)) for sb, tb in pairs.values()]
     bone_pairs += implicit_pairs(source, source_map, target, target_map)
-    for _, j in bone_pairs:
+    bone_pairs = [(i, j) for i, j in bone_pairs if j not in in_chain]
+    for j in [*(j for _, j in bone_pairs), *in_chain]:
         has[j] = True
     r_rest_t = rotations(target.world @ target.rest)
     # Where the target stands: its unmoved bones as posed now, the rest at rest.
@@ -248,11 +256,16 @@ def retarget(
     # world rotations are needed, not the clip's whole world pose.
     obj_rot = source.world[:3, :3]
     moved_obj = not np.array_equal(obj_rot, np.eye(3))
+
+    def src_world(i: int) -> np.ndarray:
+        rot = motion.pose[:, i, :3, :3]
+        return rigid_rotations(lmul(obj_rot, rot) if moved_obj else rot)
+
     for i, j in bone_pairs:
-        src_rot = motion.pose[:, i, :3, :3]
-        if moved_obj:
-            src_rot = lmul(obj_rot, src_rot)
-        w_tgt[:, j] = rmul(rigid_rotations(src_rot), c_src[i].T @ c_tgt[j])
+        w_tgt[:, j] = rmul(src_world(i), c_src[i].T @ c_tgt[j])
+    c_chain = reference_frames(target, target_map, straighten_torso=False) \
+        if opts.keep_posture else c_tgt
+    _solve_chains(chain_pairs, src_world, c_src, w_tgt, c_chain)
     moves = has.copy()
     canonical_of = {target.index(tb): c for c, (_, tb) in pairs.items()}
     _fill_unmapped(target, w_tgt, has, moves, canonical_of, c_tgt)
@@ -303,7 +316,31 @@ def retarget(
                           positions=positions,
                           world_scale=target.world_scale(), keyed=keyed,
                           root_scale=float(scale), pairs=pairs, foot=foot_result,
-                          warnings=warnings)
+                          warnings=warnings,
+                          chains={name: ([source.names[i] for i in sc.bones],
+                                         [target.names[j] for j in tc.bones])
+                                  for name, sc, tc in chain_pairs},
+                          keep_posture=opts.keep_posture)
+
+
+def _solve_chains(chain_pairs: list[tuple[str, Chain, Chain]], src_world, c_src: np.ndarray,
+                  w_tgt: np.ndarray, c_tgt: np.ndarray) -> None:
+    """Target world rotations of the torso chains' bones, in place (hips first:
+    the spine chain starts from the target hips' solved rotation)."""
+    cache: dict[int, np.ndarray] = {}
+
+    def world(i: int) -> np.ndarray:
+        if i not in cache:
+            cache[i] = src_world(i)
+        return cache[i]
+
+    for _, sc, tc in chain_pairs:
+        src_d = {i: rmul(world(i), c_src[i].T) for i in (sc.parent, *sc.bones)}
+        base_s = world(sc.base) if sc.base is not None else None
+        base_t = w_tgt[:, tc.base] if tc.base is not None else None
+        for j, d in zip(tc.bones, solve_chain(sc, src_d, base_s, tc, base_t), strict=True):
+            w_tgt[:, j] = rmul(d, c_tgt[j])
+
 
 
 def _basis(skel: Skeleton, w: np.ndarray, pos: np.ndarray, r_rest: np.ndarray,
