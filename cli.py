@@ -8,17 +8,10 @@ same functions back the panel and the Python API. Exit codes: 0 success,
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
-from .addon.core.atomic import (
-    check_writable,
-    output_target,
-    replace_atomic,
-    write_json_atomic,
-)
-from .addon.core.frame_ranges import check_in_scene, parse_frames
+from .addon.core.atomic import check_writable, write_json_atomic
 from .addon.core.paths import check_distinct, removed_if_left_empty
 
 EXIT_BAD_INPUT = 2
@@ -26,28 +19,6 @@ EXIT_BAD_INPUT = 2
 
 class BadInput(Exception):
     """Raised for user errors; printed without a traceback, exit 2."""
-
-
-def save_blend_atomic(path: Path) -> None:
-    """Save the current Blender file to ``path`` via a temp file + rename. A symlink
-    is saved through to its target; a device, FIFO or folder at ``path`` is refused
-    (``UnwritableOutput``); a failed save (disk full) raises ``OSError`` in one line."""
-    import bpy
-
-    target = output_target(path, ".blend file")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.stem}.{os.getpid()}.tmp.blend")
-    try:
-        try:
-            bpy.ops.wm.save_as_mainfile(filepath=str(tmp), copy=True, check_existing=False)
-        except RuntimeError as e:  # Blender's save failed: the disk, not the input
-            why = " ".join(str(e).split()).removeprefix("Error: ")
-            raise OSError(f"cannot save {str(path)!r} ({why}): free some disk space or "
-                          "choose another folder") from None
-        replace_atomic(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
-        Path(str(tmp) + "1").unlink(missing_ok=True)  # Blender's backup file
 
 
 def _retarget_options(args: argparse.Namespace):
@@ -59,6 +30,7 @@ def _retarget_options(args: argparse.Namespace):
 
 def cmd_retarget(args: argparse.Namespace) -> int:
     from .addon.blender import session
+    from .addon.blender.blend_files import save_blend_atomic
 
     source = Path(args.source)
     if source.is_dir():
@@ -147,7 +119,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             raise BadInput("the demo paints with the skin model, whose backend code this "
                            "install lacks (the Blender extension ships none): run it from a "
                            "checkout or pip install painted-skin, or pass --no-paint")
-        from .addon.blender.demo import run_demo
+        from .demo import run_demo
 
         m = run_demo(out, frames=args.frames, fps=args.fps, kind=args.kind, model=args.model,
                      bar=lambda _what, total: _frame_bar(total))
@@ -264,35 +236,13 @@ def _check_shot(args: argparse.Namespace) -> None:
 
 
 def _open_shot(args: argparse.Namespace):
-    """Open ``args.shot``; apply ``--camera``; the scene and ``--frames`` (default:
-    the scene's range; a range outside the scene's is refused, for every command)."""
-    from .addon.blender.session import open_shot
+    """Open ``args.shot`` with ``--camera``; the scene and ``--frames`` (see
+    :func:`~.addon.blender.blend_files.open_shot_frames`)."""
+    from .addon.blender.blend_files import open_shot_frames
 
-    frames = parse_frames(args.frames) if args.frames else None  # before the slow open
-    scene = open_shot(args.shot)
-    if args.camera:
-        _use_camera(scene, args.camera)
-    if frames is None:
-        frames = range(scene.frame_start, scene.frame_end + 1)
-    return scene, check_in_scene(frames, scene.frame_start, scene.frame_end)
-
-
-def _use_camera(scene, name: str) -> None:
-    """``--camera``: "auto" adds a camera following the character (not saved into
-    the .blend); another value names the camera object to render through."""
-    import bpy
-
-    if name == "auto":
-        from .addon.blender.auto_camera import add_follow_camera
-
-        add_follow_camera(scene)
-        return
-    cam = bpy.data.objects.get(name)
-    if cam is None or cam.type != "CAMERA":
-        have = sorted(o.name for o in bpy.data.objects if o.type == "CAMERA")
-        raise BadInput(f"--camera {name!r} is not a camera in this file (cameras: "
-                       f"{', '.join(have) or 'none'}; or --camera auto)")
-    scene.camera = cam
+    # the farm entry: Blender opened the shot itself (``blender -b shot.blend -P ...``)
+    return open_shot_frames(args.shot, args.frames, args.camera,
+                            opened=getattr(args, "shot_open", False))
 
 
 def _parse_options(text: str | None) -> dict:
@@ -369,7 +319,8 @@ def cmd_restyle(args: argparse.Namespace) -> int:
                                pipeline=args.pipeline, prompt=args.prompt, seed=args.seed,
                                negative_prompt=args.negative_prompt, options=options,
                                refs=refs, keys=args.keys, timeout_s=args.timeout,
-                               progress=progress, cancelled=lambda: stop["asked"])
+                               progress=progress, cancelled=lambda: stop["asked"],
+                               chain_start=scene.frame_start)  # farm chunks agree on it
     except BackendUnavailable as e:
         print(f"painted-skin: error: {e} (start one: painted-skin serve --bind {args.url}; "
               "or pass --start-backend PYTHON)", file=sys.stderr)
@@ -542,6 +493,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .backend.commands import add_commands
 
     add_commands(sub)  # serve, broker, keys
+    from .backend.doctor import add_doctor_command
+
+    add_doctor_command(sub)  # doctor
     # The Blender extension ships neither the diffusion nor the evaluation code.
     if _have(".backend.diffusion.engine_cli"):
         from .backend.diffusion.engine_cli import add_commands as add_engine_commands
@@ -588,8 +542,11 @@ def _have(module: str) -> bool:
         return False
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, shot_open: bool = False) -> int:
+    """Run one command; the exit code. ``shot_open``: Blender has opened the shot
+    (``blender -b shot.blend -P addon/farm_entry.py -- ...``): use it, not a re-open."""
     args = build_parser().parse_args(argv)
+    args.shot_open = shot_open
     try:
         return args.func(args)
     except BadInput as e:

@@ -18,14 +18,14 @@ backend refuses to start.
 
 from __future__ import annotations
 
-import ipaddress
 import os
-import re
 from pathlib import Path
 
 import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
+
+from ..wire.endpoints import is_local_endpoint as is_loopback
 
 SERVER, CLIENT, WORKER = "server", "client", "worker"
 WORKERS_DIR, WORKERS_DOMAIN = "workers", "workers"
@@ -33,22 +33,6 @@ WORKERS_DIR, WORKERS_DOMAIN = "workers", "workers"
 
 class InsecureEndpoint(ValueError):
     """A non-loopback endpoint without CurveZMQ keys."""
-
-
-def is_loopback(endpoint: str) -> bool:
-    """True for endpoints only this machine can reach."""
-    if endpoint.startswith(("ipc://", "inproc://")):
-        return True
-    m = re.match(r"^tcp://(?:[^;]+;)?(\[[^\]]*\]|[^:]+):", endpoint)
-    if not m:
-        return False
-    host = m.group(1).strip("[]").lower()
-    if host == "localhost":
-        return True
-    try:  # a literal address; names like 127.0.0.1.example.net are not loopback
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def require_safe(endpoint: str, keys: str | os.PathLike | None, what: str = "bind") -> None:

@@ -30,20 +30,21 @@ from typing import Any
 
 import zmq
 
-from . import auth, protocol, quotas
-from .log_limit import LogLimiter
-from .protocol import ProtocolError
-from .server import (
+from .. import wire
+from ..wire import (
     E_CANCELLED,
     HEARTBEAT_INTERVAL,
     HEARTBEAT_LIVENESS,
     MAX_NAME,
     SERVER_NAME,
-    _clean,
+    ProtocolError,
     error,
     is_int,
     reply,
 )
+from ..wire import clean as _clean
+from . import auth, quotas
+from .log_limit import LogLimiter
 
 log = logging.getLogger("painted_skin.backend.broker")
 
@@ -57,7 +58,7 @@ class BrokerConfig:
     keys: str | None = None
     session_timeout: float = 10.0
     max_sessions: int = 1024
-    max_message_mb: float = protocol.MAX_MESSAGE_BYTES / 2**20  # arrays in one message
+    max_message_mb: float = wire.MAX_MESSAGE_BYTES / 2**20  # arrays in one message
     client_sessions: int = quotas.DEFAULT_CLIENT_SESSIONS  # sessions one client may hold
     client_mb: float = quotas.DEFAULT_CLIENT_MB  # its frames in flight + OPENs (images)
 
@@ -109,7 +110,7 @@ class Broker:
     def __init__(self, config: BrokerConfig | None = None, ctx: zmq.Context | None = None
                  ) -> None:
         self.cfg = config or BrokerConfig()
-        self.boot = protocol.new_id()  # per process, in PONG (see Server.boot)
+        self.boot = wire.new_id()  # per process, in PONG (see Server.boot)
         self.ctx = ctx or zmq.Context()
         self._own_ctx = ctx is None
         self._auth = None
@@ -138,8 +139,8 @@ class Broker:
             sock.linger = 0
             sock.rcvhwm = sock.sndhwm = 1024
             sock.router_handover = True  # a reconnecting peer keeps its identity
-            sock.setsockopt(zmq.MAXMSGSIZE, min(protocol.MAX_ARRAY_BYTES, self._max_message)
-                            + protocol.MAX_HEADER_BYTES)
+            sock.setsockopt(zmq.MAXMSGSIZE, min(wire.MAX_ARRAY_BYTES, self._max_message)
+                            + wire.MAX_HEADER_BYTES)
             try:
                 if self.cfg.keys:
                     auth.make_server(sock, self.cfg.keys,
@@ -188,7 +189,7 @@ class Broker:
                 now = time.monotonic()
                 if now >= heartbeat_at:  # ppqueue: beat the workers, purge the silent
                     for addr in list(self.workers):
-                        self._to_worker(addr, reply(protocol.HEARTBEAT))
+                        self._to_worker(addr, reply(wire.HEARTBEAT))
                     heartbeat_at = now + HEARTBEAT_INTERVAL
                 for addr, w in list(self.workers.items()):
                     if now > w.expiry:
@@ -203,10 +204,10 @@ class Broker:
     def _batch(self, sock: zmq.Socket, handler) -> None:
         for _ in range(64):
             try:
-                frames = protocol.recv_capped(sock, zmq.NOBLOCK, self._max_message)
+                frames = wire.recv_capped(sock, zmq.NOBLOCK, self._max_message)
             except zmq.Again:
                 return
-            except protocol.TooBig as e:  # drained and freed already
+            except wire.TooBig as e:  # drained and freed already
                 self._log.warn(e.code, "broker: refused a message: %s", e)
                 if sock is self.frontend:
                     self._to_client(e.routing, error(e.code, str(e)))
@@ -214,7 +215,7 @@ class Broker:
             try:
                 handler(frames)
             except Exception:  # a bug must not take the broker down
-                self._log.exception(protocol.E_INTERNAL, "broker: message handling failed")
+                self._log.exception(wire.E_INTERNAL, "broker: message handling failed")
 
     def _to_client(self, route: list[bytes], frames: list[Any]) -> None:
         try:
@@ -232,7 +233,7 @@ class Broker:
 
     def status(self) -> dict[str, Any]:
         ws = list(self.workers.values())
-        return {"version": protocol.PROTOCOL_VERSION, "server": SERVER_NAME, "role": "broker",
+        return {"version": wire.PROTOCOL_VERSION, "server": SERVER_NAME, "role": "broker",
                 "devices": sorted({d for w in ws for d in w.devices}),
                 "pipelines": sorted({p for w in ws for p in w.pipelines}),
                 "loaded_models": sorted({m for w in ws for m in w.loaded_models}),
@@ -245,16 +246,16 @@ class Broker:
         self._client = quotas.client_id(frames[-1], route[0])
         header: dict[str, Any] = {}
         try:
-            msg = protocol.decode(body, expect=protocol.CLIENT_TYPES)
+            msg = wire.decode(body, expect=wire.CLIENT_TYPES)
             header = msg.header
-            if msg.type == protocol.PING:
-                self._to_client(route, reply(protocol.PONG, version=protocol.PROTOCOL_VERSION,
+            if msg.type == wire.PING:
+                self._to_client(route, reply(wire.PONG, version=wire.PROTOCOL_VERSION,
                                              server=SERVER_NAME, role="broker", boot=self.boot,
                                              ref=_clean(msg.id)))
-            elif msg.type == protocol.STATUS:
-                self._to_client(route, reply(protocol.STATUS_REPLY, ref=_clean(msg.id),
+            elif msg.type == wire.STATUS:
+                self._to_client(route, reply(wire.STATUS_REPLY, ref=_clean(msg.id),
                                              **self.status()))
-            elif msg.type == protocol.OPEN:
+            elif msg.type == wire.OPEN:
                 self._open(route, body, header)
             else:
                 self._session_message(route, body, msg.type, header)
@@ -266,7 +267,7 @@ class Broker:
     def _open(self, route: list[bytes], body: list[Any], h: dict[str, Any]) -> None:
         name, ref = h.get("session"), h.get("id")
         if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME:
-            raise ProtocolError(protocol.E_BAD_MESSAGE, f"open: 'session' must be a string of "
+            raise ProtocolError(wire.E_BAD_MESSAGE, f"open: 'session' must be a string of "
                                                         f"1..{MAX_NAME} characters", ref)
         pipeline = h.get("pipeline")
         key = (route[0], name)
@@ -280,10 +281,10 @@ class Broker:
                 self._to_worker(old.worker, [*route, *body])
             return
         if len(self.sessions) >= self.cfg.max_sessions:
-            raise ProtocolError(protocol.E_BUSY, "the broker has too many sessions open; "
+            raise ProtocolError(wire.E_BUSY, "the broker has too many sessions open; "
                                                  "close some or try later", ref)
         if not self.workers:
-            raise ProtocolError(protocol.E_BUSY, "no backend worker is connected to the broker "
+            raise ProtocolError(wire.E_BUSY, "no backend worker is connected to the broker "
                                                  "(start `painted-skin serve --connect ...`)",
                                 ref)
         s = BrokerSession(key, route, body, pipeline if isinstance(pipeline, str) else None,
@@ -291,7 +292,7 @@ class Broker:
         worker = self._pick(s)
         if worker is None:
             known = sorted({p for w in self.workers.values() for p in w.pipelines})
-            raise ProtocolError(protocol.E_BAD_MESSAGE, f"open: unknown pipeline {pipeline!r}; "
+            raise ProtocolError(wire.E_BAD_MESSAGE, f"open: unknown pipeline {pipeline!r}; "
                                                         f"the workers have: {', '.join(known)}",
                                 ref)
         self.sessions[key] = s
@@ -302,11 +303,11 @@ class Broker:
         name, ref, frame = h.get("session"), h.get("id"), h.get("frame")
         s = self.sessions.get((route[0], name)) if isinstance(name, str) else None
         if s is None:
-            raise ProtocolError(protocol.E_NO_SESSION, f"no open session {_clean(name)!r} for "
+            raise ProtocolError(wire.E_NO_SESSION, f"no open session {_clean(name)!r} for "
                                                        f"this client (send open first)", ref)
-        if mtype == protocol.FRAME:
+        if mtype == wire.FRAME:
             if not is_int(frame) or frame < 0:
-                raise ProtocolError(protocol.E_BAD_MESSAGE, "frame: 'frame' must be an integer "
+                raise ProtocolError(wire.E_BAD_MESSAGE, "frame: 'frame' must be an integer "
                                                             ">= 0", ref)
             if frame in s.inflight:
                 return  # already on its way: its one result will come
@@ -315,20 +316,20 @@ class Broker:
                     s.moving = sorted([*s.moving, frame])
                 return
             if len(s.inflight) + len(s.moving or ()) >= s.credits:
-                raise ProtocolError(protocol.E_BUSY, f"frame {frame}: {len(s.inflight)} frames "
+                raise ProtocolError(wire.E_BUSY, f"frame {frame}: {len(s.inflight)} frames "
                                                      f"outstanding, credits are {s.credits}; "
                                                      f"wait for a result", ref)
             quotas.check_frame(self._limits, self._held_by(s.client)[1], _nbytes(body), frame,
                                ref)
             s.inflight[frame] = body
-        elif mtype == protocol.CANCEL:
+        elif mtype == wire.CANCEL:
             if frame is not None and not is_int(frame):
-                raise ProtocolError(protocol.E_BAD_MESSAGE, "cancel: 'frame' must be an "
+                raise ProtocolError(wire.E_BAD_MESSAGE, "cancel: 'frame' must be an "
                                                             "integer or absent", ref)
             self._cancel(s, frame, ref)
-        elif mtype == protocol.CLOSE:
+        elif mtype == wire.CLOSE:
             self._drop(s)
-            self._to_client(route, reply(protocol.CLOSED, session=name, ref=_clean(ref)))
+            self._to_client(route, reply(wire.CLOSED, session=name, ref=_clean(ref)))
         if s.worker is not None:
             self._to_worker(s.worker, [*route, *body])
 
@@ -358,7 +359,7 @@ class Broker:
                 log.info("session %r: client silent for %.0f s, freed", key[1], timeout)
                 self._drop(s)
                 if s.worker is not None:
-                    self._to_worker(s.worker, [*s.route, *reply(protocol.CLOSE, session=key[1])])
+                    self._to_worker(s.worker, [*s.route, *reply(wire.CLOSE, session=key[1])])
         for ident, seen in list(self._last_seen.items()):
             if now - seen > timeout:
                 del self._last_seen[ident]
@@ -391,7 +392,7 @@ class Broker:
         """The new worker opened a moved session: tell the client (with that worker's
         credits and shared-memory grant) and hand its frames back to be sent again."""
         frames, s.moving = s.moving or [], None
-        self._to_client(s.route, reply(protocol.OPENED, session=s.key[1], moved=True,
+        self._to_client(s.route, reply(wire.OPENED, session=s.key[1], moved=True,
                                        credits=s.credits, shm=opened.get("shm") is True))
         for f in frames:
             self._to_client(s.route, error(E_CANCELLED, f"frame {f}: the session moved to "
@@ -426,12 +427,12 @@ class Broker:
         w = self.workers.get(addr)
         if len(body) == 1:  # control: READY / HEARTBEAT / DISCONNECT
             try:
-                msg = protocol.decode(body, expect=protocol.WORKER_TYPES)
+                msg = wire.decode(body, expect=wire.WORKER_TYPES)
             except ProtocolError as e:
                 log.warning("worker %s: bad control message: %s", addr.hex(), e)
                 return
             h = msg.header
-            if msg.type == protocol.READY:
+            if msg.type == wire.READY:
                 if w is not None:
                     self._lose_worker(addr)  # it restarted: its sessions are gone
                 self.workers[addr] = Worker(addr, now + HEARTBEAT_INTERVAL * HEARTBEAT_LIVENESS,
@@ -440,11 +441,11 @@ class Broker:
                                             int(h.get("credits") or 4))
                 log.info("worker %s ready (%d workers)", addr.hex(), len(self.workers))
                 self._adopt_orphans()
-            elif msg.type == protocol.DISCONNECT:
+            elif msg.type == wire.DISCONNECT:
                 log.info("worker %s disconnected", addr.hex())
                 self._lose_worker(addr)
             elif w is None:
-                self._to_worker(addr, reply(protocol.DISCONNECT))
+                self._to_worker(addr, reply(wire.DISCONNECT))
             else:
                 w.expiry = now + HEARTBEAT_INTERVAL * HEARTBEAT_LIVENESS
                 w.queue_depth = int(h.get("queue_depth") or 0)
@@ -452,7 +453,7 @@ class Broker:
                 w.devices = list(h.get("devices") or w.devices)
             return
         if w is None:  # expired, then came back: make it start over
-            self._to_worker(addr, reply(protocol.DISCONNECT))
+            self._to_worker(addr, reply(wire.DISCONNECT))
             return
         w.expiry = now + HEARTBEAT_INTERVAL * HEARTBEAT_LIVENESS
         if len(body) < 2:
@@ -467,31 +468,24 @@ class Broker:
         s = self.sessions.get((route[0], name)) if isinstance(name, str) else None
         if s is None or s.worker != addr:
             return  # closed, timed out, or moved to another worker: a late duplicate
-        if mtype == protocol.ERROR and h.get("code") == E_CANCELLED:
+        if mtype == wire.ERROR and h.get("code") == E_CANCELLED:
             return  # the broker answers cancels itself
-        if mtype == protocol.OPENED:
+        if mtype == wire.OPENED:
             s.credits = int(h.get("credits") or s.credits)
             if not s.opened:
                 s.opened = True
                 self._to_client(route, msg)
             elif s.moving is not None:
                 self._moved(s, h)
-        elif mtype in (protocol.PROGRESS, protocol.RESULT) or (
-                mtype == protocol.ERROR and is_int(frame)):
+        elif mtype in (wire.PROGRESS, wire.RESULT) or (
+                mtype == wire.ERROR and is_int(frame)):
             if frame not in s.inflight:
                 return  # answered already, or cancelled
-            if mtype != protocol.PROGRESS:
+            if mtype != wire.PROGRESS:
                 del s.inflight[frame]
             self._to_client(route, msg)
-        elif mtype == protocol.ERROR and (not s.opened or s.moving is not None):
+        elif mtype == wire.ERROR and (not s.opened or s.moving is not None):
             self._drop(s)  # the worker refused the open (a first one, or a move's)
             self._to_client(route, msg)
         # CLOSED and session errors after the open: the broker answered already
 
-
-if __name__ == "__main__":
-    import sys
-
-    from .commands import main
-
-    sys.exit(main(["broker", *sys.argv[1:]]))

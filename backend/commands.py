@@ -1,8 +1,8 @@
 """``painted-skin serve | broker | keys``: the backend's command line.
 
 ``cli.py`` calls :func:`add_commands` on its subparsers; ``python -m
-painted_skin.backend.commands serve ...`` (or ``.server`` / ``.broker``) runs
-the same handlers without the rest of the CLI. Each service prints one line
+painted_skin.backend serve ...`` runs the same handlers without the rest of the
+CLI (``backend/__main__.py``). Each service prints one line
 ``painted-skin <what>: listening on <endpoint> ...`` on stdout once it is up.
 """
 
@@ -55,7 +55,7 @@ def _positive_mb(text: str) -> float:
 
 
 def _check_limits(args: argparse.Namespace) -> None:
-    from .protocol import MAX_MESSAGE_BYTES
+    from ..wire import MAX_MESSAGE_BYTES
 
     if args.max_message_mb * 2**20 > MAX_MESSAGE_BYTES:
         raise ValueError(f"--max-message-mb {args.max_message_mb:g} is over the protocol's "
@@ -64,7 +64,7 @@ def _check_limits(args: argparse.Namespace) -> None:
 
 def _limit_args(p: argparse.ArgumentParser, sessions: int) -> None:
     """The limits a service enforces (shown in --help; docs/protocol.md, Limits)."""
-    from .protocol import MAX_MESSAGE_BYTES
+    from ..wire import MAX_MESSAGE_BYTES
     from .quotas import DEFAULT_CLIENT_MB, DEFAULT_CLIENT_SESSIONS
 
     g = p.add_argument_group("limits (a client over one gets error 'busy' or 'too_big')")

@@ -19,8 +19,8 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from . import protocol
-from .protocol import ProtocolError
+from .. import wire
+from ..wire import ProtocolError
 
 T = TypeVar("T")
 
@@ -58,11 +58,11 @@ def check_open(limits: ClientLimits, sessions: int, held: int, adding: int, ref:
     """Refuse (``busy``) an OPEN that would give the client one session too many, or
     more than its bytes. ``sessions``/``held``: what it has besides the one opened."""
     if sessions >= limits.sessions:
-        raise ProtocolError(protocol.E_BUSY, f"open: this client has {sessions} sessions "
+        raise ProtocolError(wire.E_BUSY, f"open: this client has {sessions} sessions "
                                              f"open, the most one client may (--client-sessions "
                                              f"{limits.sessions}); close one first", ref)
     if held + adding > limits.bytes:
-        raise ProtocolError(protocol.E_BUSY, f"open: {adding} bytes of reference images would "
+        raise ProtocolError(wire.E_BUSY, f"open: {adding} bytes of reference images would "
                                              f"put this client at {held + adding} bytes held, "
                                              f"over its {limits.bytes} (--client-mb); close a "
                                              "session or send smaller images", ref)
@@ -71,7 +71,7 @@ def check_open(limits: ClientLimits, sessions: int, held: int, adding: int, ref:
 def check_frame(limits: ClientLimits, held: int, adding: int, frame: Any, ref: Any) -> None:
     """Refuse (``busy``) a FRAME that would put the client over its bytes."""
     if held + adding > limits.bytes:
-        raise ProtocolError(protocol.E_BUSY, f"frame {frame}: this client holds {held} bytes "
+        raise ProtocolError(wire.E_BUSY, f"frame {frame}: this client holds {held} bytes "
                                              f"(queued frames and reference images); {adding} "
                                              f"more is over its {limits.bytes} (--client-mb); "
                                              "wait for a result", ref)

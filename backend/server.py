@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import collections
 import hashlib
-import importlib.metadata
 import importlib.util
 import json
 import logging
@@ -52,43 +51,32 @@ from typing import Any
 import numpy as np
 import zmq
 
-from . import auth, pipelines, protocol, quotas
+from .. import wire
+from ..wire import (
+    E_CANCELLED,
+    HEARTBEAT_INTERVAL,
+    HEARTBEAT_LIVENESS,
+    MAX_NAME,
+    RECONNECT_INIT,
+    RECONNECT_MAX,
+    SERVER_NAME,
+    WIRE_PASSES,
+    Message,
+    ProtocolError,
+    error,
+    is_int,
+    reply,
+)
+from ..wire import clean as _clean
+from . import auth, pipelines, quotas
 from .diffusion.seeds import frame_seed  # noqa: F401  (re-exported: the one formula)
 from .log_limit import LogLimiter
-from .protocol import Message, ProtocolError
 
 log = logging.getLogger("painted_skin.backend")
 
-# Paranoid Pirate timing (ZeroMQ guide, ppqueue/ppworker), shared with the broker.
-HEARTBEAT_INTERVAL = 1.0  # seconds
-HEARTBEAT_LIVENESS = 3  # beats missed before the peer is taken for dead
-RECONNECT_INIT, RECONNECT_MAX = 1.0, 16.0  # worker back-off, seconds
-
-E_CANCELLED = getattr(protocol, "E_CANCELLED", "cancelled")
-
-# The control passes a FRAME may carry: dtype and channels (0: (H, W)).
-PASSES: dict[str, tuple[str, int]] = {
-    "depth": ("float32", 0), "normal": ("float16", 3), "skeleton": ("uint8", 3),
-    "mask": ("uint8", 0), "motion": ("float16", 4), "parts": ("uint8", 0),
-    # Canonical surface passes (sent when the pipeline paints from them, e.g. skin):
-    # UV and rest position stay float32 (a 1024² texture needs better than float16's
-    # 5e-4 near 1.0); directions are float16 like the normal; one 0/255 byte per light.
-    "rest_position": ("float32", 3), "uv": ("float32", 3), "normal_world": ("float16", 3),
-    "view_dir": ("float16", 3), "light_visibility": ("uint8", 4),
-}
-MAX_NAME = 256  # session names, ids echoed back
-MAX_TEXT = 4000  # error messages (a model's missing components, one line each)
+# The control passes a FRAME may carry: dtype and channels (0: (H, W)), from the wire table.
+PASSES: dict[str, tuple[str, int]] = {n: (p.dtype, p.channels) for n, p in WIRE_PASSES.items()}
 MAX_PIPELINES = 4  # pipeline instances kept loaded (one per distinct load options)
-
-
-def backend_version() -> str:
-    try:
-        return importlib.metadata.version("painted-skin")
-    except importlib.metadata.PackageNotFoundError:
-        return "0"
-
-
-SERVER_NAME = f"painted-skin {backend_version()}"
 
 
 def settings_hash(pipeline: str, prompt: str, negative: str, seed: int, width: int,
@@ -109,30 +97,6 @@ def passes_hash(passes: dict[str, np.ndarray]) -> bytes:
         h.update(f"|{name}:{a.dtype.name}{list(a.shape)}|".encode())
         h.update(np.ascontiguousarray(a))
     return h.digest()
-
-
-def reply(mtype: str, arrays: dict[str, np.ndarray] | None = None, **fields: Any
-          ) -> list[Any]:
-    return protocol.encode(mtype, arrays, **fields)
-
-
-def _clean(value: Any) -> Any:
-    """A client-sent id or session name, safe to echo in a reply (or None)."""
-    return value if isinstance(value, str) and len(value) <= MAX_NAME else None
-
-
-def error(code: str, message: str, ref: Any = None, session: Any = None,
-          frame: Any = None) -> list[Any]:
-    """An ``error`` reply; echoed fields are dropped when not small and well-typed."""
-    fields: dict[str, Any] = {"code": code, "message": str(message)[:MAX_TEXT],
-                              "ref": _clean(ref), "session": _clean(session)}
-    if isinstance(frame, int) and not isinstance(frame, bool):
-        fields["frame"] = frame
-    return protocol.encode(protocol.ERROR, **fields)
-
-
-def is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 class ResultCache:
@@ -175,7 +139,7 @@ class ServeConfig:
     max_sessions: int = 256
     shm: bool = True  # grant the shared-memory data path to local clients that ask
     max_shm_segments: int = 4  # segments mapped per session (least recently used dropped)
-    max_message_mb: float = protocol.MAX_MESSAGE_BYTES / 2**20  # arrays in one message
+    max_message_mb: float = wire.MAX_MESSAGE_BYTES / 2**20  # arrays in one message
     client_sessions: int = quotas.DEFAULT_CLIENT_SESSIONS  # sessions one client may hold
     client_mb: float = quotas.DEFAULT_CLIENT_MB  # its queued frames + reference images
 
@@ -198,7 +162,7 @@ class Session:
     queue: deque[Job] = field(default_factory=deque)  # guarded by Server._cond
     state: dict[str, Any] = field(default_factory=dict)  # the pipeline's, compute thread only
     shm: bool = False  # granted: FRAME arrays may lie in the client's segments
-    shm_maps: OrderedDict[str, protocol.ShmSegment] = field(default_factory=OrderedDict)
+    shm_maps: OrderedDict[str, wire.ShmSegment] = field(default_factory=OrderedDict)
     loading: Job | None = None  # the load that will answer OPEN (None once OPENED went out)
     failed: str | None = None  # set by the compute thread when that load failed
     client: bytes = b""  # who holds it, for the per-client limits (quotas.client_id)
@@ -214,7 +178,7 @@ class Job:
     arrived: float
     cancelled: bool = False
     shm: bool = False  # some passes were copied from the client's shared memory
-    slot: tuple[protocol.ShmSegment, int, int] | None = None  # (segment, offset, generation)
+    slot: tuple[wire.ShmSegment, int, int] | None = None  # (segment, offset, generation)
     load: bool = False  # not a frame: load the session's pipeline, then answer its OPEN
     carry: dict[str, np.ndarray] | None = None  # the previous frame, for a temporal session
     carry_frame: int | None = None
@@ -234,7 +198,7 @@ class Server:
         pipelines.get(self.cfg.pipeline)  # KeyError names the known ones
         # Changes with every process: a client that sees another boot id in PONG knows
         # the backend restarted (its sessions, and an OPEN still loading, are gone).
-        self.boot = protocol.new_id()
+        self.boot = wire.new_id()
         self.ctx = ctx or zmq.Context()
         self._own_ctx = ctx is None
         self.sock: zmq.Socket | None = None
@@ -305,8 +269,8 @@ class Server:
     def _tune(self, sock: zmq.Socket) -> None:
         sock.linger = 0
         sock.rcvhwm = sock.sndhwm = 256
-        sock.setsockopt(zmq.MAXMSGSIZE, min(protocol.MAX_ARRAY_BYTES, self._max_message)
-                        + protocol.MAX_HEADER_BYTES)
+        sock.setsockopt(zmq.MAXMSGSIZE, min(wire.MAX_ARRAY_BYTES, self._max_message)
+                        + wire.MAX_HEADER_BYTES)
 
     def _reconnect(self, first: bool = False) -> None:
         if self.sock is not None:
@@ -325,7 +289,7 @@ class Server:
         now = time.monotonic()
         self._broker_seen = now
         self._heartbeat_at = now + HEARTBEAT_INTERVAL
-        self._send_raw(reply(protocol.READY, pipelines=pipelines.names(), devices=self.devices,
+        self._send_raw(reply(wire.READY, pipelines=pipelines.names(), devices=self.devices,
                              credits=self.cfg.credits, server=SERVER_NAME))
         if not first:
             log.info("worker: reconnected to %s", self.cfg.connect)
@@ -362,7 +326,7 @@ class Server:
         self._wake.bind(self._wake_addr)
         self._probe_devices()
         if self._shm_possible():
-            protocol.sweep_shm()  # segments of clients that crashed while no backend ran
+            wire.sweep_shm()  # segments of clients that crashed while no backend ran
         self._compute.start()
         next_sweep = time.monotonic() + 0.5
         try:
@@ -395,7 +359,7 @@ class Server:
             self._cond.notify_all()
         if self.cfg.connect and self.sock is not None:
             try:
-                self.sock.send_multipart(reply(protocol.DISCONNECT), flags=zmq.NOBLOCK)
+                self.sock.send_multipart(reply(wire.DISCONNECT), flags=zmq.NOBLOCK)
                 self.sock.close(linger=200)
             except zmq.ZMQError:
                 pass
@@ -435,10 +399,10 @@ class Server:
     def _receive_batch(self) -> None:
         for _ in range(64):  # bounded, so results and heartbeats go out in between
             try:
-                frames = protocol.recv_capped(self.sock, zmq.NOBLOCK, self._max_message)
+                frames = wire.recv_capped(self.sock, zmq.NOBLOCK, self._max_message)
             except zmq.Again:
                 return
-            except protocol.TooBig as e:  # drained and freed already: answer the sender
+            except wire.TooBig as e:  # drained and freed already: answer the sender
                 self._log.warn(e.code, "refused a message: %s", e)
                 if not self.cfg.connect:
                     self._send(e.routing, error(e.code, str(e)))
@@ -453,11 +417,11 @@ class Server:
 
     def _on_broker_control(self, frame: zmq.Frame) -> None:
         try:
-            msg = protocol.decode([frame], expect=protocol.WORKER_TYPES)
+            msg = wire.decode([frame], expect=wire.WORKER_TYPES)
         except ProtocolError as e:
             log.warning("worker: bad control message from broker: %s", e)
             return
-        if msg.type == protocol.DISCONNECT:
+        if msg.type == wire.DISCONNECT:
             log.info("worker: broker asked to reconnect")
             self._drop_all()
             self._reconnect()
@@ -475,11 +439,11 @@ class Server:
         self._client = (b"id:" + ident if self.cfg.connect
                         else quotas.client_id(self._peer, ident))
         try:
-            msg = protocol.decode(body, expect=protocol.CLIENT_TYPES,
+            msg = wire.decode(body, expect=wire.CLIENT_TYPES,
                                   allow_shm=self._shm_possible())
             header = msg.header
-            if msg.shm and msg.type != protocol.FRAME:
-                raise ProtocolError(protocol.E_BAD_ARRAY, f"{msg.type}: only frame arrays may "
+            if msg.shm and msg.type != wire.FRAME:
+                raise ProtocolError(wire.E_BAD_ARRAY, f"{msg.type}: only frame arrays may "
                                                           "lie in shared memory", msg.id)
             getattr(self, f"_on_{msg.type}")(route, msg)
         except ProtocolError as e:
@@ -487,16 +451,16 @@ class Server:
             self._send(route, error(e.code, str(e), e.ref or header.get("id"),
                                     header.get("session"), header.get("frame")))
         except Exception as e:  # a bug must not take the server down
-            self._log.exception(protocol.E_INTERNAL, "internal error on %s",
+            self._log.exception(wire.E_INTERNAL, "internal error on %s",
                                 _clean(header.get("type")))
-            self._send(route, error(protocol.E_INTERNAL, f"{type(e).__name__}: {e}",
+            self._send(route, error(wire.E_INTERNAL, f"{type(e).__name__}: {e}",
                                     header.get("id"), header.get("session"),
                                     header.get("frame")))
 
     def _session(self, route: list[bytes], msg: Message) -> Session:
         s = self._sessions.get((route[0], msg.session)) if isinstance(msg.session, str) else None
         if s is None:
-            raise ProtocolError(protocol.E_NO_SESSION,
+            raise ProtocolError(wire.E_NO_SESSION,
                                 f"no open session {_clean(msg.session)!r} for this client "
                                 f"(send open first; sessions end on close or after "
                                 f"{self.cfg.session_timeout:g} s of client silence)", msg.id)
@@ -505,26 +469,26 @@ class Server:
     # ---- message handlers ----------------------------------------------------------------
 
     def _on_ping(self, route: list[bytes], msg: Message) -> None:
-        self._send(route, reply(protocol.PONG, version=protocol.PROTOCOL_VERSION,
+        self._send(route, reply(wire.PONG, version=wire.PROTOCOL_VERSION,
                                 server=SERVER_NAME, role="server", boot=self.boot,
                                 ref=_clean(msg.id)))
 
     def status(self) -> dict[str, Any]:
         with self._cond:
             depth = sum(len(s.outstanding) for s in self._sessions.values())
-        return {"version": protocol.PROTOCOL_VERSION, "server": SERVER_NAME,
+        return {"version": wire.PROTOCOL_VERSION, "server": SERVER_NAME,
                 "devices": list(self.devices), "pipelines": pipelines.names(),
                 "loaded_models": list(self.loaded_models), "queue_depth": depth,
                 "sessions": len(self._sessions), "workers": 1,
                 "cache": {"items": len(self.cache), "bytes": self.cache.bytes}}
 
     def _on_status(self, route: list[bytes], msg: Message) -> None:
-        self._send(route, reply(protocol.STATUS_REPLY, ref=_clean(msg.id), **self.status()))
+        self._send(route, reply(wire.STATUS_REPLY, ref=_clean(msg.id), **self.status()))
 
     def _on_open(self, route: list[bytes], msg: Message) -> None:
         h, ref = msg.header, msg.id
 
-        def bad(text: str, code: str = protocol.E_BAD_MESSAGE) -> ProtocolError:
+        def bad(text: str, code: str = wire.E_BAD_MESSAGE) -> ProtocolError:
             return ProtocolError(code, f"open: {text}", ref)
 
         name = h.get("session")
@@ -545,10 +509,10 @@ class Server:
             raise bad("'seed' must be an integer")
         width, height = h.get("width"), h.get("height")
         m = entry.size_multiple
-        if not (is_int(width) and is_int(height) and 0 < width <= protocol.MAX_SIDE
-                and 0 < height <= protocol.MAX_SIDE and width % m == 0 and height % m == 0):
+        if not (is_int(width) and is_int(height) and 0 < width <= wire.MAX_SIDE
+                and 0 < height <= wire.MAX_SIDE and width % m == 0 and height % m == 0):
             raise bad(f"bad size {width!r}x{height!r}: width and height must be integers in "
-                      f"1..{protocol.MAX_SIDE}" + (f", multiples of {m} for {pipeline!r}"
+                      f"1..{wire.MAX_SIDE}" + (f", multiples of {m} for {pipeline!r}"
                                                    if m > 1 else ""))
         options = h.get("options", {})
         if not isinstance(options, dict):
@@ -561,10 +525,10 @@ class Server:
         for i, (aname, a) in enumerate(msg.arrays.items()):
             if aname != f"ref{i}":
                 raise bad(f"array {aname!r}: open takes only ref0..refN in order",
-                          protocol.E_BAD_ARRAY)
+                          wire.E_BAD_ARRAY)
             if a.dtype != np.uint8 or a.ndim != 3 or a.shape[2] != 3:
                 raise bad(f"array {aname!r}: identity images are uint8 (H, W, 3), got "
-                          f"{a.dtype}{list(a.shape)}", protocol.E_BAD_ARRAY)
+                          f"{a.dtype}{list(a.shape)}", wire.E_BAD_ARRAY)
             refs.append(a)
         key = (route[0], name)
         old = self._sessions.get(key)
@@ -574,7 +538,7 @@ class Server:
             self._drop_session(old, notify_ref=ref)
         elif len(self._sessions) >= self.cfg.max_sessions:
             raise bad(f"the backend has {len(self._sessions)} sessions open (the most it "
-                      f"takes); close some or try later", protocol.E_BUSY)
+                      f"takes); close some or try later", wire.E_BUSY)
         s = self._sessions[key] = Session(
             key, list(route), name, pipeline, prompt, negative, seed, width, height, options,
             refs, settings_hash(pipeline, prompt, negative, seed, width, height, options, refs),
@@ -606,7 +570,7 @@ class Server:
                                                  options=s.options, refs=s.refs))
 
     def _send_opened(self, s: Session, ref: str | None, **extra: Any) -> None:
-        self._send(s.route, reply(protocol.OPENED, session=s.name, credits=self.cfg.credits,
+        self._send(s.route, reply(wire.OPENED, session=s.name, credits=self.cfg.credits,
                                   pipeline=s.pipeline, width=s.width, height=s.height, ref=ref,
                                   **({"shm": True} if s.shm else {}), **extra))
 
@@ -615,17 +579,17 @@ class Server:
     def _shm_possible(self) -> bool:
         """Shared memory at all: enabled, Linux, and not a broker's worker (the broker
         may hand the session to a worker on another machine)."""
-        return self.cfg.shm and not self.cfg.connect and protocol.shm_supported()
+        return self.cfg.shm and not self.cfg.connect and wire.shm_supported()
 
     def _peer_is_local(self) -> bool:
         """The current message's sender is on this machine (loopback or ipc)."""
-        if self.endpoint and protocol.is_local_endpoint(self.endpoint):
+        if self.endpoint and wire.is_local_endpoint(self.endpoint):
             return True
         try:
             addr = self._peer.get("Peer-Address")
         except (AttributeError, zmq.ZMQError):
             return False
-        return isinstance(addr, str) and protocol.is_loopback_host(addr)
+        return isinstance(addr, str) and wire.is_loopback_host(addr)
 
     def _grant_shm(self, s: Session, probe: Any) -> None:
         """Grant when local and the probe segment is readable here with the client's
@@ -641,13 +605,13 @@ class Server:
         except ProtocolError as e:
             log.info("session %r: no shared memory (%s)", s.name, e)
             return
-        if seg.read_bytes(0, 24) == protocol.SHM_MAGIC + bytes.fromhex(token):
+        if seg.read_bytes(0, 24) == wire.SHM_MAGIC + bytes.fromhex(token):
             s.shm = True
 
-    def _shm_map(self, s: Session, name: str) -> protocol.ShmSegment:
+    def _shm_map(self, s: Session, name: str) -> wire.ShmSegment:
         seg = s.shm_maps.get(name)
         if seg is None or seg.closed:
-            seg = protocol.ShmSegment.attach(name)
+            seg = wire.ShmSegment.attach(name)
             s.shm_maps[name] = seg
             while len(s.shm_maps) > self.cfg.max_shm_segments:
                 s.shm_maps.popitem(last=False)[1].close()  # its queued frames: cancelled
@@ -658,7 +622,7 @@ class Server:
         """The FRAME's arrays with its shared-memory ones mapped (bounds checked first),
         and its slot ``(segment, offset, generation)`` when it names one."""
         if not s.shm:
-            raise ProtocolError(protocol.E_BAD_ARRAY, "frame: shared memory was not granted "
+            raise ProtocolError(wire.E_BAD_ARRAY, "frame: shared memory was not granted "
                                                       "for this session; send arrays inline",
                                 msg.id)
         arrays = dict(msg.arrays)
@@ -668,16 +632,16 @@ class Server:
         if slot is None:
             return arrays, None
         if not isinstance(slot, dict):
-            raise ProtocolError(protocol.E_BAD_MESSAGE, "frame: 'slot' must be an object",
+            raise ProtocolError(wire.E_BAD_MESSAGE, "frame: 'slot' must be an object",
                                 msg.id)
         name, offset, gen = slot.get("segment"), slot.get("offset"), slot.get("gen")
         if not (isinstance(name, str) and is_int(offset) and is_int(gen) and gen > 0):
-            raise ProtocolError(protocol.E_BAD_MESSAGE, "frame: 'slot' needs segment, offset "
+            raise ProtocolError(wire.E_BAD_MESSAGE, "frame: 'slot' needs segment, offset "
                                                         "and gen > 0", msg.id)
         seg = self._shm_map(s, name)
         now = seg.read_u64(offset)
         if now is None:
-            raise ProtocolError(protocol.E_BAD_ARRAY, f"frame: slot offset {offset} outside "
+            raise ProtocolError(wire.E_BAD_ARRAY, f"frame: slot offset {offset} outside "
                                                       f"segment {name!r}", msg.id)
         if now != gen:
             raise ProtocolError(E_CANCELLED, f"frame {msg.frame}: its shared-memory slot holds "
@@ -689,14 +653,14 @@ class Server:
         maps, s.shm_maps = s.shm_maps, OrderedDict()
         for name, seg in maps.items():
             seg.close()
-            if protocol.reap_shm(name):
+            if wire.reap_shm(name):
                 log.info("session %r: removed shared memory %s of a dead client", s.name, name)
 
     def _on_frame(self, route: list[bytes], msg: Message) -> None:
         s = self._session(route, msg)
         frame = msg.frame
         if not is_int(frame) or not 0 <= frame < 2**53:
-            raise ProtocolError(protocol.E_BAD_MESSAGE, "frame: 'frame' must be an integer "
+            raise ProtocolError(wire.E_BAD_MESSAGE, "frame: 'frame' must be an integer "
                                                         ">= 0", msg.id)
         arrays, slot = self._shm_arrays(s, msg) if msg.shm else (msg.arrays, None)
         carry = {k: a for k, a in arrays.items() if k.startswith("carry_")}
@@ -709,23 +673,23 @@ class Server:
             if problem is None and not (is_int(carry_frame) and 0 <= carry_frame < frame):
                 problem = "'carry_frame' must be an integer below 'frame'"
             if problem:
-                raise ProtocolError(protocol.E_BAD_ARRAY, f"frame: {problem}", msg.id)
+                raise ProtocolError(wire.E_BAD_ARRAY, f"frame: {problem}", msg.id)
         for name, a in arrays.items():
             spec = PASSES.get(name)
             if spec is None:
-                raise ProtocolError(protocol.E_BAD_ARRAY, f"frame: unknown pass {name!r} "
+                raise ProtocolError(wire.E_BAD_ARRAY, f"frame: unknown pass {name!r} "
                                                           f"(known: {', '.join(PASSES)})", msg.id)
             dtype, ch = spec
             shape = (s.height, s.width, ch) if ch else (s.height, s.width)
             if a.dtype.name != dtype or a.shape != shape:
-                raise ProtocolError(protocol.E_BAD_ARRAY,
+                raise ProtocolError(wire.E_BAD_ARRAY,
                                     f"frame: pass {name!r} must be {dtype}{list(shape)} for "
                                     f"this {s.width}x{s.height} session, got "
                                     f"{a.dtype.name}{list(a.shape)}", msg.id)
         if frame in s.outstanding:
             return  # already queued or computing: its one result will come
         if len(s.outstanding) >= self.cfg.credits:
-            raise ProtocolError(protocol.E_BUSY, f"frame {frame}: {len(s.outstanding)} frames "
+            raise ProtocolError(wire.E_BUSY, f"frame {frame}: {len(s.outstanding)} frames "
                                                  f"outstanding, credits are {self.cfg.credits}; "
                                                  f"wait for a result", msg.id)
         quotas.check_frame(self._limits, self._held_by(s.client)[1],
@@ -743,7 +707,7 @@ class Server:
         s = self._session(route, msg)
         frame = msg.frame
         if frame is not None and not is_int(frame):
-            raise ProtocolError(protocol.E_BAD_MESSAGE, "cancel: 'frame' must be an integer "
+            raise ProtocolError(wire.E_BAD_MESSAGE, "cancel: 'frame' must be an integer "
                                                         "or absent", msg.id)
         if frame is None:
             jobs = sorted(s.outstanding.values(), key=lambda j: j.frame)
@@ -757,7 +721,7 @@ class Server:
     def _on_close(self, route: list[bytes], msg: Message) -> None:
         s = self._session(route, msg)
         self._drop_session(s)
-        self._send(route, reply(protocol.CLOSED, session=s.name, ref=_clean(msg.id)))
+        self._send(route, reply(wire.CLOSED, session=s.name, ref=_clean(msg.id)))
 
     # ---- session bookkeeping -------------------------------------------------------------
 
@@ -836,7 +800,7 @@ class Server:
             return
         if now >= self._heartbeat_at:
             st = self.status()
-            self._send_raw(reply(protocol.HEARTBEAT, queue_depth=st["queue_depth"],
+            self._send_raw(reply(wire.HEARTBEAT, queue_depth=st["queue_depth"],
                                  sessions=st["sessions"], loaded_models=st["loaded_models"],
                                  devices=st["devices"]))
             self._heartbeat_at = now + HEARTBEAT_INTERVAL
@@ -873,13 +837,13 @@ class Server:
             s = job.session
             if kind == "progress":
                 step, steps = rest
-                self._send(s.route, reply(protocol.PROGRESS, session=s.name, frame=job.frame,
+                self._send(s.route, reply(wire.PROGRESS, session=s.name, frame=job.frame,
                                           step=step, steps=steps, ref=job.ref))
                 continue
             del s.outstanding[job.frame]
             if kind == "result":
                 rgb, timings, cached, extra = rest
-                self._send(s.route, reply(protocol.RESULT, {"rgb": rgb, **extra}, session=s.name,
+                self._send(s.route, reply(wire.RESULT, {"rgb": rgb, **extra}, session=s.name,
                                           frame=job.frame, seed=job.seed, timings=timings,
                                           cached=cached, ref=job.ref))
             else:
@@ -981,7 +945,7 @@ class Server:
                 except (Exception, SystemExit) as e:  # a library's sys.exit must not end
                     # the compute thread (PING would still answer, no frame ever would)
                     log.exception("frame %s of %r failed", job.frame, job.session.name)
-                    self._post(wake, "error", job, protocol.E_INTERNAL,
+                    self._post(wake, "error", job, wire.E_INTERNAL,
                                f"pipeline {job.session.pipeline!r} failed on frame "
                                f"{job.frame}: {type(e).__name__}: {e}")
                 finally:
@@ -1008,7 +972,7 @@ class Server:
                 log.exception("session %r: pipeline %s could not load", s.name, s.pipeline)
             else:
                 log.warning("session %r: pipeline %s could not load: %s", s.name, s.pipeline, e)
-            code = protocol.E_INTERNAL if ours else protocol.E_BAD_MESSAGE
+            code = wire.E_INTERNAL if ours else wire.E_BAD_MESSAGE
             s.failed = (f"open: pipeline {s.pipeline!r} could not load with these options: "
                         f"{type(e).__name__}: {e}")
             self._post(wake, "open_failed", job, code, s.failed)
@@ -1083,10 +1047,3 @@ class Server:
             extra = carry_mod.arrays_of(s.state)
         self._post(wake, "result", job, rgb, timings, cached, extra)
 
-
-if __name__ == "__main__":
-    import sys
-
-    from .commands import main
-
-    sys.exit(main(["serve", *sys.argv[1:]]))

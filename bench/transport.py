@@ -279,7 +279,7 @@ def main(frames: int = 48, size: int = 512, http_frames: int | None = None) -> i
     http_frames = http_frames or max(2, frames // 6)
     url = f"tcp://127.0.0.1:{_free_port()}"
     port = _free_port()
-    backend = _spawn(["painted_skin.backend.commands", "serve", "--bind", url,
+    backend = _spawn(["painted_skin.backend", "serve", "--bind", url,
                       "--cache-mb", "0"])
     web = _spawn(["painted_skin.bench.transport", "--http", str(port)])
     try:

@@ -31,9 +31,10 @@ import bpy
 import numpy as np
 from mathutils import Vector
 
+from ..addon.blender.blend_files import save_blend_atomic
+from ..addon.core.humanoid import FINGER_SEGMENTS, FINGERS
 from ..addon.core.transforms import matrix_to_quat, normalize, quat_continuity
 from . import spring, textures
-from .humanoid import FINGER_SEGMENTS, FINGERS
 
 # --------------------------------------------------------------------------- names
 
@@ -1058,8 +1059,6 @@ def save_demo_blend(path: str | os.PathLike, seed: int = 0) -> Path:
     on; the session's other data is saved along with it (``save_as_mainfile``
     with ``copy=True``, so the session's own file path is unchanged).
     """
-    from ..cli import save_blend_atomic
-
     path = Path(path).resolve()
     scene = bpy.data.scenes.new("PaintedSkinDemo")
     window = bpy.context.window

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from ..addon.core.bvh import BvhClip, forward_kinematics_bvh, make_clip, write_bvh_clip
+from ..addon.core.humanoid import FINGER_SEGMENTS, FINGERS
 from ..addon.core.transforms import (
     axis_angle_to_matrix,
     matrix_to_quat,
@@ -39,7 +40,6 @@ from ..addon.core.transforms import (
     quat_slerp,
     quat_to_matrix,
 )
-from .humanoid import FINGER_SEGMENTS, FINGERS
 
 KINDS = ("walk", "run", "jump", "turn", "wave", "sit")
 # Foot contact phases reported by :func:`foot_phases`.

@@ -40,8 +40,8 @@ def demo_walk_blend(folder: Path, frames: int) -> Path:
     """Save a real shot: the demo character walking ``frames`` frames at 24 fps,
     with the demo camera following it. Used by the passes and restyle tests."""
     import bpy
+    from painted_skin.addon.blender.blend_files import save_blend_atomic
     from painted_skin.addon.blender.retarget_api import retarget_clip
-    from painted_skin.cli import save_blend_atomic
     from painted_skin.rigs import motion as gen
     from painted_skin.rigs.character import build_demo_character, setup_demo_scene
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from painted_skin import cli
+from painted_skin.addon.blender.blend_files import save_blend_atomic
 from painted_skin.rigs import motion as gen
 
 
@@ -20,7 +21,7 @@ def camera_less_shot(tmp_path_factory) -> Path:
     bpy.ops.wm.read_factory_settings(use_empty=True)
     build_demo_character()
     character = tmp / "character.blend"
-    cli.save_blend_atomic(character)
+    save_blend_atomic(character)
     clip = gen.write_clip(tmp / "walk.bvh", "walk", frames=48, fps=24, convention="mixamo")
     shot = tmp / "shot.blend"
     assert cli.main(["retarget", "--source", str(clip), "--target", str(character),

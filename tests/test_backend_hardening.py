@@ -11,8 +11,8 @@ import time
 import numpy as np
 import pytest
 import zmq
+from painted_skin import wire as P
 from painted_skin.backend import auth
-from painted_skin.backend import protocol as P
 from painted_skin.backend.broker import Broker, BrokerConfig
 from painted_skin.backend.log_limit import LogLimiter
 from painted_skin.backend.server import ServeConfig, Server
@@ -53,7 +53,7 @@ def test_busy_port_exits_2_at_once():
         s.listen()
         port = s.getsockname()[1]
         t0 = time.monotonic()
-        done = subprocess.run([sys.executable, "-m", "painted_skin.backend.commands", "serve",
+        done = subprocess.run([sys.executable, "-m", "painted_skin.backend", "serve",
                                "--bind", f"tcp://127.0.0.1:{port}"],
                               capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and time.monotonic() - t0 < 30
@@ -61,7 +61,7 @@ def test_busy_port_exits_2_at_once():
 
 
 def test_credits_must_be_positive():
-    done = subprocess.run([sys.executable, "-m", "painted_skin.backend.commands", "serve",
+    done = subprocess.run([sys.executable, "-m", "painted_skin.backend", "serve",
                            "--credits", "0"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "positive" in done.stderr
 

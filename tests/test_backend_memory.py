@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import zmq
-from painted_skin.backend import protocol as P
+from painted_skin import wire as P
 from test_backend_server import LOOP, Client, make_passes, spawn, stop
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/status").exists(),

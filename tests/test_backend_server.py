@@ -17,8 +17,8 @@ import pytest
 import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from painted_skin import wire as P
 from painted_skin.backend import auth, commands
-from painted_skin.backend import protocol as P
 from painted_skin.backend.pipelines.echo import echo_image
 from painted_skin.backend.server import E_CANCELLED, ServeConfig, Server, frame_seed
 
@@ -123,7 +123,7 @@ def spawn(*args: str, timeout: float = 20.0, log: Path | None = None
           ) -> tuple[subprocess.Popen, str]:
     """Start a backend command; returns it with its first stdout line (the endpoint)."""
     err = open(log, "w") if log else subprocess.DEVNULL
-    proc = subprocess.Popen([PY, "-m", "painted_skin.backend.commands", *args],
+    proc = subprocess.Popen([PY, "-m", "painted_skin.backend", *args],
                             stdout=subprocess.PIPE, stderr=err, text=True)
     if log:
         err.close()  # the child has its own copy
@@ -537,7 +537,7 @@ def test_four_concurrent_clients(serve):
 
 CLIENT_SCRIPT = textwrap.dedent("""
     import sys, time, zmq
-    from painted_skin.backend import protocol as P
+    from painted_skin import wire as P
     ctx = zmq.Context(); s = ctx.socket(zmq.DEALER); s.connect(sys.argv[1])
     s.send_multipart(P.encode(P.OPEN, session="doomed", width=16, height=16,
                               options={"delay_ms": 200}))
@@ -631,7 +631,8 @@ def test_serve_command_process(tmp_path):
 
 
 def test_module_entry_point():
-    out = subprocess.run([PY, "-m", "painted_skin.backend.server", "--bind", "tcp://0.0.0.0:1"],
-                         capture_output=True, text=True, timeout=20)
+    """``python -m painted_skin.backend serve`` is the backend's own entry (no CLI)."""
+    out = subprocess.run([PY, "-m", "painted_skin.backend", "serve", "--bind",
+                          "tcp://0.0.0.0:1"], capture_output=True, text=True, timeout=20)
     assert out.returncode == 2 and "--keys" in out.stderr
     assert os.path.basename(PY)  # the venv's python ran it

@@ -46,3 +46,32 @@ def test_no_python_and_a_missing_python_say_what_to_set(tmp_path):
     broken.chmod(0o755)
     res = probe_python(str(broken))
     assert not res.ok and "exit 7" in res.problem and "cannot start" in res.problem
+
+
+def test_check_of_a_python_without_painted_skin_reports_on_the_extensions_files(tmp_path):
+    """An installed extension's folder is named painted_skin: the Check runs the doctor
+    from those files in a backend Python that has no painted_skin of its own."""
+    import shutil
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    ext = tmp_path / "user_default" / "painted_skin"
+    shutil.copytree(repo, ext, ignore=shutil.ignore_patterns(
+        ".*", "__pycache__", "out", "build", "tests", "docs", "bench", "tools", "shared",
+        "rigs", "*.egg-info"))
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True,
+                   timeout=120)
+    code = ("import sys, json; sys.path.insert(0, sys.argv[1]); "
+            "from painted_skin.addon.core.backend_probe import probe_python; "
+            "r = probe_python(sys.argv[2]); "
+            "print(json.dumps([r.painted_skin, r.facts and r.facts['packages'], r.problem]))")
+    out = subprocess.run([sys.executable, "-c", code, str(ext.parent), str(bare / "bin" /
+                                                                          "python")],
+                         capture_output=True, text=True, timeout=120)
+    import json
+
+    where, packages, problem = json.loads(out.stdout.splitlines()[-1])
+    assert where == str(ext / "__init__.py")
+    assert packages is not None and packages["numpy"] is None  # the doctor's facts
+    assert "lacks pyzmq, numpy" in problem

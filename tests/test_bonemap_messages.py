@@ -123,7 +123,8 @@ def test_auto_detection_failure_still_asks_for_a_map(demo_scene, tmp_path):
 
 def test_cli_tiny_target_map_exits_2_with_the_missing_joints(demo_scene, tmp_path, capsys):
     import bpy
-    from painted_skin.cli import main, save_blend_atomic
+    from painted_skin.addon.blender.blend_files import save_blend_atomic
+    from painted_skin.cli import main
 
     arm, clip = demo_scene
     target = tmp_path / "hero.blend"
@@ -141,7 +142,8 @@ def test_cli_tiny_target_map_exits_2_with_the_missing_joints(demo_scene, tmp_pat
 
 def test_cli_map_typo_suggests_the_left_bone(demo_scene, tmp_path, capsys):
     import bpy
-    from painted_skin.cli import main, save_blend_atomic
+    from painted_skin.addon.blender.blend_files import save_blend_atomic
+    from painted_skin.cli import main
 
     arm, clip = demo_scene
     target = tmp_path / "hero.blend"

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from painted_skin.backend import protocol as P
+from painted_skin import wire as P
 from painted_skin.backend.broker import Broker, BrokerConfig
 from painted_skin.backend.server import E_CANCELLED, ServeConfig, Server
 from test_backend_server import LOOP, Client, expected, make_passes, spawn, stop

@@ -8,7 +8,8 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from painted_skin.rigs import humanoid, spring
+from painted_skin.addon.core import humanoid
+from painted_skin.rigs import spring
 
 # --------------------------------------------------------------------------- helpers
 

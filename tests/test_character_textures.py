@@ -203,7 +203,7 @@ def test_textures_are_deterministic_from_the_seed(built):
 
 
 def test_images_are_packed_and_survive_a_reload(bpy_clean, tmp_path):
-    from painted_skin.cli import save_blend_atomic
+    from painted_skin.addon.blender.blend_files import save_blend_atomic
     from painted_skin.rigs import character
 
     bpy = bpy_clean

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from conftest import demo_walk_blend
 from painted_skin import cli
+from painted_skin.addon.blender.blend_files import save_blend_atomic
 from painted_skin.rigs import motion as gen
 
 
@@ -28,7 +29,7 @@ def character(tmp_path_factory) -> Path:
     bpy.ops.wm.read_factory_settings(use_empty=True)
     build_demo_character()
     path = tmp_path_factory.mktemp("character") / "character.blend"
-    cli.save_blend_atomic(path)
+    save_blend_atomic(path)
     return path
 
 
@@ -63,7 +64,7 @@ def test_atomic_writers_refuse_a_fifo_and_leave_it_a_fifo(tmp_path) -> None:
     for write in (lambda p: write_json_atomic(p, {"a": 1}), lambda p: write_text_atomic(p, "x"),
                   lambda p: write_npy_atomic(p, np.zeros(3)),
                   lambda p: write_png(p, np.zeros((4, 4), np.uint8)),
-                  lambda p: cli.save_blend_atomic(p)):
+                  lambda p: save_blend_atomic(p)):
         with pytest.raises(UnwritableOutput, match="FIFO"):
             write(fifo)
         assert stat.S_ISFIFO(fifo.lstat().st_mode)

@@ -22,7 +22,7 @@ def free_url() -> str:
 
 
 def serve_command(url: str) -> list[str]:
-    return [sys.executable, "-m", "painted_skin.backend.commands", "serve", "--bind", url]
+    return [sys.executable, "-m", "painted_skin.backend", "serve", "--bind", url]
 
 
 def start_backend(url: str) -> subprocess.Popen:
@@ -238,7 +238,7 @@ def test_open_is_sent_again_when_the_backend_restarts_while_loading():
     import threading
 
     import zmq
-    from painted_skin.backend import protocol as P
+    from painted_skin import wire as P
 
     url = free_url()
     ctx = zmq.Context()

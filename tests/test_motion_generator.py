@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from painted_skin.addon.core import humanoid
 from painted_skin.addon.core.bvh import bvh_to_skeleton_motion, parse_bvh
 from painted_skin.addon.core.transforms import normalize
-from painted_skin.rigs import humanoid
 from painted_skin.rigs import motion as M
 
 FPS = 30.0

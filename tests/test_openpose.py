@@ -6,9 +6,9 @@ import json
 
 import numpy as np
 import pytest
+from painted_skin.addon.core import humanoid
 from painted_skin.addon.core import openpose as op
 from painted_skin.addon.core.camera import Camera
-from painted_skin.rigs import humanoid
 
 # --------------------------------------------------------------------------- fixtures
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from painted_skin.backend import protocol as P
+from painted_skin import wire as P
 from painted_skin.backend.server import frame_seed
 
 

@@ -19,7 +19,7 @@ import pytest
 import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from painted_skin.backend import protocol as P
+from painted_skin import wire as P
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SLOW = settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])

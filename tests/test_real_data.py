@@ -22,10 +22,10 @@ import numpy as np
 import pytest
 from painted_skin.addon.blender import session
 from painted_skin.addon.blender.armature_io import action_channelbag, read_skeleton
+from painted_skin.addon.core import humanoid
 from painted_skin.addon.core.bonemap import auto_map
 from painted_skin.addon.core.bvh import parse_bvh, write_bvh_clip
 from painted_skin.addon.core.retarget import RetargetOptions
-from painted_skin.rigs import humanoid
 
 pytestmark = pytest.mark.shared_data
 

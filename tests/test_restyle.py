@@ -4,6 +4,7 @@ resume, the operators and the local-backend launcher work headless."""
 from __future__ import annotations
 
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -299,3 +300,19 @@ def test_canonical_passes_travel_to_the_backend_in_their_wire_dtypes(bpy_clean, 
         c.run_shot(iter([(f, wire)]), results.append)
     assert [r.frame for r in results] == [3]
     assert "normal_world" not in next(shot_frames(scene, [3], 40, 32))[1]  # echo: not sent
+
+
+def test_start_local_backend_on_an_ipc_url(tmp_path):
+    """An ``ipc://`` URL (a socket path, no port) starts a local backend too: its log
+    file is named from the path, not opened inside a folder that does not exist."""
+    from painted_skin.addon.blender import restyle
+    from painted_skin.addon.blender.client import BackendClient
+
+    url = f"ipc://{tmp_path}/backend.sock"
+    try:
+        assert restyle.start_local_backend(sys.executable, url, timeout_s=30)["type"] == "pong"
+        assert restyle._LOCAL["log"].parent == Path(tempfile.gettempdir())
+        with BackendClient(url, timeout_s=20) as c:
+            assert c.ping()["type"] == "pong"
+    finally:
+        restyle.stop_local_backend()

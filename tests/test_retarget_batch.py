@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from painted_skin import cli
+from painted_skin.addon.blender.blend_files import save_blend_atomic
 from painted_skin.rigs import motion as gen
 
 
@@ -16,7 +17,7 @@ def character(tmp_path: Path, bpy_clean) -> Path:
 
     build_demo_character()
     path = tmp_path / "character.blend"
-    cli.save_blend_atomic(path)
+    save_blend_atomic(path)
     bpy_clean.ops.wm.read_factory_settings(use_empty=True)
     return path
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from painted_skin import cli
+from painted_skin.addon.blender.blend_files import save_blend_atomic
 from painted_skin.rigs import motion as gen
 
 
@@ -23,7 +24,7 @@ def demo_blend(tmp_path: Path, bpy_clean) -> Path:
     arm = build_demo_character()
     setup_demo_scene(arm)
     path = tmp_path / "demo.blend"
-    cli.save_blend_atomic(path)
+    save_blend_atomic(path)
     bpy_clean.ops.wm.read_factory_settings(use_empty=True)
     return path
 

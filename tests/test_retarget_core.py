@@ -51,7 +51,7 @@ def joint_positions(result_world: np.ndarray) -> np.ndarray:
 
 def limb_directions(skel: Skeleton, world: np.ndarray, bone_map: dict) -> np.ndarray:
     """World direction of each LIMBS bone (head -> its canonical child's head)."""
-    from painted_skin.rigs.humanoid import AIM_CHILD
+    from painted_skin.addon.core.humanoid import AIM_CHILD
 
     out = []
     for c in LIMBS:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from painted_skin.rigs import humanoid
+from painted_skin.addon.core import humanoid
 
 WALK = "bvh/cmu_motionbuilder_friendly/02_01.bvh"  # 343 frames at 120 fps, 2.86 s
 HUMAN = "characters/human-male.glb"

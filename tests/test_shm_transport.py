@@ -15,8 +15,8 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from painted_skin import wire as P
 from painted_skin.addon.blender.client import BackendClient, ShmRing, Shot
-from painted_skin.backend import protocol as P
 from painted_skin.backend.broker import Broker, BrokerConfig
 from painted_skin.backend.server import E_CANCELLED, ServeConfig, Server
 from test_backend_server import LOOP, PY, Client, expected, make_passes, spawn
@@ -33,7 +33,7 @@ def exists(name: str) -> bool:
     if m is None:
         return os.path.exists(os.path.join(P.SHM_DIR, name))
     try:
-        return os.readlink(P._shm_path(name)) == f"/memfd:ps-{m.group(3)} (deleted)"
+        return os.readlink(P.segment_path(name)) == f"/memfd:ps-{m.group(3)} (deleted)"
     except OSError:
         return False
 
@@ -448,7 +448,7 @@ def test_sigkilled_client_segments_removed_when_server_frees_session(serve):
 
 
 def test_sweep_removes_only_dead_creators_segments():
-    code = ("from painted_skin.backend import protocol as P; import time; "
+    code = ("from painted_skin import wire as P; import time; "
             "s = P.ShmSegment.create(4096, memfd=False); print(s.name, flush=True); "
             "time.sleep(60)")
     proc = subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, text=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zmq
-from painted_skin.backend import protocol as P
+from painted_skin import wire as P
 from test_backend_memory import rss_mb
 from test_backend_server import LOOP, Client, expected, make_passes, spawn, stop
 from test_broker import wait_workers

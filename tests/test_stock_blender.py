@@ -283,8 +283,8 @@ for info in pkgutil.walk_packages([str(p) for p in painted_skin.addon.__path__],
         out["imported"].append(info.name)
     except ImportError as e:
         out["failed"][info.name] = str(e)
-from painted_skin.backend import protocol
-out["shm"] = protocol.shm_supported()
+from painted_skin import wire
+out["shm"] = wire.shm_supported()
 painted_skin.unregister()
 out["after"] = sorted(dir(bpy.ops.painted_skin))
 print("RESULT " + json.dumps(out))

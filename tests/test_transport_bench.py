@@ -22,8 +22,8 @@ def test_png_roundtrip_and_quantisation():
 
 
 def test_bench_transport_last_line(capsys):
-    from painted_skin.backend.protocol import shm_supported
     from painted_skin.bench.transport import main
+    from painted_skin.wire import shm_supported
 
     assert main(frames=4, size=32) == 0
     out = capsys.readouterr().out

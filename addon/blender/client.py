@@ -44,14 +44,14 @@ from typing import Any
 import numpy as np
 import zmq
 
-from ...backend import protocol as P
+from ... import wire as P
 
 log = logging.getLogger("painted_skin.client")
 
 DEFAULT_URL = "tcp://127.0.0.1:5555"
-# All the passes of a frame: 4 + 6 + 3 + 1 + 8 + 1 = 23 bytes, and with the canonical
-# ones (skin) + 12 + 12 + 6 + 6 + 4 = 63.
-SHM_BYTES_PER_PIXEL = 64
+# All the passes of a frame (23 bytes, 63 with the canonical ones skin takes), rounded
+# up to 8 bytes: a slot holds any frame of its size.
+SHM_BYTES_PER_PIXEL = -(-P.bytes_per_pixel() // 8) * 8
 SHM_MIN_SLOTS = 8
 E_CANCELLED = P.E_CANCELLED
 E_UNAVAILABLE = "unavailable"

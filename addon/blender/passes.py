@@ -13,7 +13,7 @@ live in ``manifest.json``; per-frame cameras in ``camera/####.json``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +22,7 @@ import numpy as np
 
 from ..core import encodings, jit
 from ..core.atomic import read_json, remove_stale_temps, write_json_atomic
+from ..core.frame_ranges import describe
 from ..core.raster import Fragments, inside_closed_mesh, motion_vectors_many, rasterize
 from .shot_geometry import (
     MAX_LIGHTS,
@@ -62,9 +63,10 @@ Progress = Callable[[int, int, int], None]  # (done, total, frame)
 
 @dataclass
 class PassOptions:
-    """What to make. ``frames`` must be a non-empty increasing range."""
+    """What to make. ``frames``: non-empty and increasing (a range, or a farm's list
+    such as 3,5-10)."""
 
-    frames: range
+    frames: Sequence[int]
     width: int = 512
     height: int = 512
     engine: str = "fast"
@@ -73,9 +75,11 @@ class PassOptions:
     far: float | None = None
 
     def validate(self) -> None:
-        if len(self.frames) == 0 or self.frames.step <= 0:
-            raise ShotError(f"frame range {self.frames.start}-{self.frames.stop - 1} is empty or "
-                            "reversed: give FIRST-LAST with FIRST <= LAST")
+        fs = self.frames
+        if len(fs) == 0 or (fs.step <= 0 if isinstance(fs, range) else
+                            any(b <= a for a, b in zip(fs, fs[1:], strict=False))):
+            raise ShotError(f"frames {describe(fs) or 'given'} are empty or reversed: give "
+                            "FIRST-LAST with FIRST <= LAST, in increasing order")
         for v, name in ((self.width, "width"), (self.height, "height")):
             if not MIN_SIZE <= v <= MAX_SIZE:
                 raise ShotError(f"{name} {v} is outside {MIN_SIZE}..{MAX_SIZE} pixels")
@@ -552,9 +556,9 @@ def make_passes(scene: bpy.types.Scene, opts: PassOptions, out: Path,
     caller making one frame per call passes it on the first call only).
     """
     opts.validate()
-    first, last = opts.frames.start, opts.frames[-1]
+    first, last = opts.frames[0], opts.frames[-1]
     if first < scene.frame_start or last > scene.frame_end:
-        raise ShotError(f"frames {first}-{last} lie outside the scene's range "
+        raise ShotError(f"frames {describe(opts.frames)} lie outside the scene's range "
                         f"{scene.frame_start}-{scene.frame_end}: render frames within it, "
                         "or set the scene's frame range first")
     out = Path(out)
@@ -583,7 +587,7 @@ def make_passes(scene: bpy.types.Scene, opts: PassOptions, out: Path,
         todo = [f for f in opts.frames if not frame_done(out, opts.passes, f)]
         done = skipped = len(opts.frames) - len(todo)
         if progress:
-            progress(done, len(opts.frames), opts.frames.start)
+            progress(done, len(opts.frames), opts.frames[0])
         for f, g, arrays, skel in iter_frames(scene, geo, opts, todo):
             if cancelled and cancelled():
                 break

@@ -21,7 +21,7 @@ def _is_armature(_self, obj) -> bool:
 
 
 def _preset_items(_self, _context):
-    from ...rigs.presets import list_presets
+    from ..core.presets import list_presets
 
     items = [("AUTO", "Auto-detect", "Detect the bone map from names and skeleton shape")]
     items += [(p, p, f"Preset {p}") for p in list_presets()]

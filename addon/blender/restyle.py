@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -28,6 +29,7 @@ import bpy
 import numpy as np
 from bpy.props import BoolProperty, EnumProperty, FloatProperty, IntProperty, StringProperty
 
+from ...wire import CANONICAL_PASSES, CONTROL_PASSES, WIRE_PASSES, to_wire
 from ..core.atomic import check_writable, read_json, write_json_atomic, write_npy_atomic
 from ..core.backend_probe import no_python_message
 from ..core.folder_lock import FolderRun, join_run
@@ -35,13 +37,7 @@ from ..core.frame_ranges import check_in_scene
 from .classes import register_classes, unregister_classes
 from .client import DEFAULT_URL, BackendClient, BackendError, BackendUnavailable, Result
 from .out_paths import PATH_OPTIONS, UnwritableOutput, output_folder
-from .passes import (
-    CANONICAL_PASSES,
-    DEFAULT_PASSES,
-    PassOptions,
-    iter_frames,
-    shot_depth_range,
-)
+from .passes import DEFAULT_PASSES, PassOptions, iter_frames, shot_depth_range
 from .preferences import PS_AddonPreferences, addon_package, preferences  # noqa: F401 (API)
 from .shot_geometry import ShotError, ShotGeometry
 
@@ -69,6 +65,54 @@ def carry_path(out: Path, f: int) -> Path:
     return Path(out) / CARRY / f"{f:04d}.npy"
 
 
+# Pipelines whose frames never depend on the frames before them.
+STATELESS_PIPELINES = frozenset({"echo"})
+
+
+class ChainBroken(ShotError):
+    """A temporal frame whose previous frame is neither done nor in this run."""
+
+
+def _cross_frame(options: dict | None) -> str | None:
+    cf = (options or {}).get("cross_frame")
+    return None if cf in (None, False, "", "off", "none") else "first" if cf is True else str(cf)
+
+
+def is_temporal(pipeline: str | None, options: dict | None) -> bool:
+    """Whether each frame warps the previous output (the stateful pipelines' default,
+    unless ``temporal`` is false). Told from the settings alone, so that every farm
+    chunk decides alike before it talks to a backend."""
+    return pipeline not in STATELESS_PIPELINES and (options or {}).get("temporal", True) \
+        is not False
+
+
+def is_chained(pipeline: str | None, options: dict | None) -> bool:
+    """Whether a frame's picture depends on frames before it (temporal, or anchored by
+    cross-frame attention): such a shot is only the same when painted in order."""
+    return is_temporal(pipeline, options) or (pipeline not in STATELESS_PIPELINES
+                                              and _cross_frame(options) is not None)
+
+
+def check_chain(out: Path, frames: list[int], start: int, pipeline: str | None,
+                options: dict | None) -> None:
+    """Refuse a chained shot's run that would begin a chain anywhere but at ``start``
+    (the shot's first frame): its frame f continues frame f - 1, which must be on disk
+    in ``out`` already or come earlier in this run. A farm chunk that runs before the
+    one it continues is thus refused, rather than silently painting a different shot."""
+    if not is_chained(pipeline, options):
+        return
+    earlier: set[int] = set()  # frames this run paints before the next one
+    for f in frames:
+        if f > start and f - 1 not in earlier and not frame_done(out, f) \
+                and not frame_done(out, f - 1):
+            raise ChainBroken(
+                f"frame {f} continues the temporal chain from frame {f - 1}, which {out} "
+                f"does not hold yet: restyle frames {start}-{f - 1} first (on a farm: make "
+                "each chunk wait for the one before), or pass --options "
+                "'{\"temporal\": false}' to paint frames independently")
+        earlier.add(f)
+
+
 class CarrySource:
     """``carry_for`` of a shot (see :meth:`BackendClient.start_shot`): frame f - 1's
     restyled RGB (its PNG), final latents (its ``carry`` file) and depth (kept from
@@ -80,13 +124,13 @@ class CarrySource:
 
     def __init__(self, scene: bpy.types.Scene, out: Path, width: int, height: int,
                  engine: str = "fast", options: dict | None = None,
-                 first: int | None = None) -> None:
+                 first: int | None = None, pipeline: str | None = None) -> None:
         self.scene, self.out, self.size, self.engine = scene, Path(out), (width, height), engine
         self.depths: dict[int, np.ndarray] = {}
-        cf = (options or {}).get("cross_frame")
-        self.cross_frame = None if cf in (None, False, "", "off", "none") else \
-            "first" if cf is True else str(cf)
-        self.first = first  # the run's first frame: the "first" anchor
+        self.cross_frame = _cross_frame(options)
+        self.first = first  # the chain's first frame: the "first" anchor
+        # A temporal pipeline without latents (the skin model) carries RGB and depth only.
+        self.temporal = pipeline is not None and is_temporal(pipeline, options)
 
     def _passes(self, f: int) -> dict[str, np.ndarray]:
         """Frame f's wire passes, computed again (the same arrays as when first sent)."""
@@ -121,45 +165,37 @@ class CarrySource:
 
         prev = f - 1
         lat = carry_path(self.out, prev)
-        if not (lat.exists() and frame_done(self.out, prev)):
+        if not (frame_done(self.out, prev) and (lat.exists() or self.temporal)):
             return None
         try:
-            latents = np.load(lat, allow_pickle=False)
+            latents = np.load(lat, allow_pickle=False) if lat.exists() else None
             rgb = read_image(result_path(self.out, prev))[..., :3]
         except (OSError, ValueError):
             return None  # damaged: the chain starts afresh here, as before carries existed
         depth = self.depths.get(prev)
         if depth is None:
             depth = self._passes(prev)["depth"]
-        return {"carry_rgb": np.ascontiguousarray(rgb, np.uint8), "carry_depth": depth,
-                "carry_latents": latents}
+        carry = {"carry_rgb": np.ascontiguousarray(rgb, np.uint8), "carry_depth": depth}
+        if latents is not None:
+            carry["carry_latents"] = latents
+        return carry
 
 
 # -- passes on the wire ------------------------------------------------------------------------
 
 def wire_arrays(arrays: dict[str, np.ndarray], skeleton: tuple | None,
                 width: int, height: int) -> dict[str, np.ndarray]:
-    """The passes of one frame in the protocol's dtypes: depth float32 (H, W) planar,
-    +inf where empty; normal float16 (H, W, 3) camera space; skeleton uint8 (H, W, 3)
-    OpenPose drawing; mask uint8 0/255; motion float16 (H, W, 4) prev (u, v), next
-    (u, v) in pixels; parts uint8 labels."""
-    out = {"depth": np.ascontiguousarray(arrays["depth"], np.float32),
-           "normal": np.ascontiguousarray(arrays["normal"], np.float16),
-           "skeleton": (np.ascontiguousarray(skeleton[0], np.uint8) if skeleton is not None
-                        else np.zeros((height, width, 3), np.uint8)),
-           "mask": np.asarray(arrays["mask"]).astype(np.uint8) * np.uint8(255),
-           "motion": np.ascontiguousarray(arrays["motion"], np.float16)}
-    if "parts" in arrays:
-        out["parts"] = np.ascontiguousarray(arrays["parts"], np.uint8)
-    for name in ("rest_position", "uv"):
-        if name in arrays:
-            out[name] = np.ascontiguousarray(arrays[name], np.float32)
-    for name in ("normal_world", "view_dir"):
-        if name in arrays:
-            out[name] = np.ascontiguousarray(arrays[name], np.float16)
-    if "light_visibility" in arrays:
-        lit = np.asarray(arrays["light_visibility"], np.float32) > 0.5
-        out["light_visibility"] = np.ascontiguousarray(lit.astype(np.uint8) * np.uint8(255))
+    """The passes of one frame in their wire dtypes, in wire order (``wire.passes``:
+    depth +inf where empty, normals in camera space, motion prev (u, v), next (u, v)
+    in pixels, mask and light visibility 0/255); the skeleton is the OpenPose drawing,
+    black when the shot has none."""
+    out = {}
+    for name, p in WIRE_PASSES.items():
+        if name == "skeleton":
+            out[name] = (to_wire(name, skeleton[0]) if skeleton is not None
+                         else np.zeros(p.shape(height, width), p.dtype))
+        elif name in arrays:
+            out[name] = to_wire(name, arrays[name])
     return out
 
 
@@ -170,7 +206,7 @@ PIPELINE_PASSES = {"skin": CANONICAL_PASSES}
 
 def wire_passes(pipeline: str) -> tuple[str, ...]:
     """The passes a frame of ``pipeline`` carries."""
-    return DEFAULT_PASSES + PIPELINE_PASSES.get(pipeline, ())
+    return CONTROL_PASSES + PIPELINE_PASSES.get(pipeline, ())
 
 
 def shot_frames(scene: bpy.types.Scene, frames: list[int], width: int, height: int,
@@ -277,9 +313,13 @@ def restyle_shot(scene: bpy.types.Scene, out_dir: str | Path, url: str = DEFAULT
                  refs: Iterable[np.ndarray] = (), keys=None, engine: str = "fast",
                  client: BackendClient | None = None, timeout_s: float = 30.0,
                  progress: Progress | None = None, cancelled: Callable[[], bool] | None = None,
-                 on_dead: Callable[[], None] | None = None) -> dict:
+                 on_dead: Callable[[], None] | None = None,
+                 chain_start: int | None = None) -> dict:
     """Restyle ``frames`` (default: the scene range) into ``out_dir/restyled``;
     blocking. Frames already on disk are skipped. ``size``: int or (width, height).
+    ``chain_start``: where a temporal shot's chain begins (default: the first frame
+    of ``frames``); a run that would begin it elsewhere is refused (:func:`check_chain`),
+    so farm chunks given the shot's first frame paint what one run would.
     Returns a summary (frames, written, skipped, dropped, reconnects, seconds)."""
     out = check_writable(out_dir, "restyle output folder")
     width, height = _size(size)
@@ -291,6 +331,8 @@ def restyle_shot(scene: bpy.types.Scene, out_dir: str | Path, url: str = DEFAULT
                                                              options))
     settings = {"pipeline": pipeline, "prompt": prompt, "negative_prompt": negative_prompt,
                 "seed": seed, "width": width, "height": height, "options": options}
+    start = frames[0] if chain_start is None or not frames else chain_start
+    check_chain(out, frames, start, pipeline, options)  # before anything is written
     with _check_settings(out, settings):  # held while this run writes the folder
         todo = [f for f in frames if not frame_done(out, f)]
         done = len(frames) - len(todo)
@@ -306,7 +348,7 @@ def restyle_shot(scene: bpy.types.Scene, out_dir: str | Path, url: str = DEFAULT
             client = BackendClient(url, keys=keys, timeout_s=timeout_s, on_dead=on_dead)
         frame_now = scene.frame_current
         t0 = time.monotonic()
-        carry = CarrySource(scene, out, width, height, engine, options, frames[0])
+        carry = CarrySource(scene, out, width, height, engine, options, start, pipeline)
 
         def on_result(r: Result) -> None:
             nonlocal done
@@ -430,7 +472,7 @@ def _bind_url(url: str) -> str:
 
 def launch_local_backend(python: str, url: str, command: list[str] | None = None
                          ) -> subprocess.Popen:
-    """Start ``<python> -m painted_skin.backend.commands serve --bind URL`` (the
+    """Start ``<python> -m painted_skin.backend serve --bind URL`` (the
     handler behind ``painted-skin serve``, without the rest of the CLI) and return
     at once; its output goes to a log file named in error messages."""
     python = python or sys.executable
@@ -439,9 +481,10 @@ def launch_local_backend(python: str, url: str, command: list[str] | None = None
                                         "Preferences > Add-ons > Painted Skin > Backend Python "
                                         "to the python of an environment with "
                                         "painted-skin[backend] installed")
-    cmd = command or [python, "-m", "painted_skin.backend.commands", "serve",
+    cmd = command or [python, "-m", "painted_skin.backend", "serve",
                       "--bind", _bind_url(url)]
-    log = Path(tempfile.gettempdir()) / f"painted-skin-backend-{url.rsplit(':', 1)[-1]}.log"
+    tail = re.sub(r"[^\w.-]", "_", url.rsplit(":", 1)[-1])  # a port, or an ipc:// path
+    log = Path(tempfile.gettempdir()) / f"painted-skin-backend-{tail}.log"
     with open(log, "ab") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT,
                                 env=_backend_env(None if command else python),
@@ -683,7 +726,7 @@ class PS_OT_restyle(bpy.types.Operator):
             (self._out / RESTYLED).mkdir(parents=True, exist_ok=True)
             w, h = s.width, s.height
             carry = CarrySource(scene, self._out, w, h, options=args.get("options"),
-                                first=self._frames[0])
+                                first=self._frames[0], pipeline=pipeline)
             frames = shot_frames(scene, todo, w, h, passes=wire_passes(pipeline))
             self._client.start_shot(carry.remembering(frames),
                                     lambda r: self._on_result(r, w, h), carry_for=carry,

@@ -20,7 +20,7 @@ from pathlib import Path
 import bpy
 import numpy as np
 
-from ...rigs import humanoid
+from ..core import humanoid
 from ..core.bonemap import BoneMap, auto_map, resolve_map
 from ..core.bvh import parse_bvh_header_fps
 from ..core.retarget import RetargetOptions, resample_basis, retarget

@@ -9,29 +9,9 @@ from pathlib import Path
 import bpy
 
 from ..core.retarget import RetargetOptions
-from .importers import ImportFailed, held_output, import_character
+from .blend_files import ShotFileError, open_shot, save_blend_atomic
+from .importers import ImportFailed, import_character
 from .retarget_api import RetargetError, RetargetReport, retarget_clip
-
-
-class ShotFileError(ValueError):
-    """A shot file Blender cannot open; the message names the file and the fix."""
-
-
-def open_shot(path: str | Path) -> bpy.types.Scene:
-    """Open the .blend ``path`` and return its scene. A damaged file (garbage,
-    truncated, a bare header) raises :class:`ShotFileError` in one line instead of
-    Blender's RuntimeError."""
-    path = Path(path)
-    try:
-        with held_output():  # Blender's own error lines: the one below says it all
-            bpy.ops.wm.open_mainfile(filepath=str(path))
-    except RuntimeError as e:
-        why = next((ln.strip() for ln in reversed(str(e).splitlines()) if ln.strip()), "")
-        why = why.removeprefix("Error: ")
-        raise ShotFileError(f"cannot open the shot {str(path)!r}: it is not a readable .blend "
-                            f"file ({why[:160]}); give a .blend saved by Blender, or re-save "
-                            "it") from None
-    return bpy.context.scene
 
 
 def reset_scene() -> None:
@@ -100,7 +80,6 @@ def retarget_files(
 def build_demo_shot(out: Path, frames: int = 96, fps: float = 24.0,
                     kind: str = "walk") -> RetargetReport:
     """The demo: procedural character + generated clip -> ``out/shot.blend``."""
-    from ...cli import save_blend_atomic
     from ...rigs.character import bake_spring_bones, build_demo_character, setup_demo_scene
     from ...rigs.motion import write_clip
 
@@ -116,3 +95,8 @@ def build_demo_shot(out: Path, frames: int = 96, fps: float = 24.0,
     bake_spring_bones(arm, (start, end))
     save_blend_atomic(out / "shot.blend")
     return report
+
+
+# ShotFileError and open_shot live in blend_files; old imports from here keep working.
+__all__ = ["ShotFileError", "build_demo_shot", "open_shot", "reset_scene", "retarget_files",
+           "stash_action"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...rigs.humanoid import JOINT_BY_NAME
+from .humanoid import JOINT_BY_NAME
 
 # Body-part labels. Bones map to canonical joints through the bone map; each
 # vertex takes the label of its dominant deforming bone.

@@ -3,7 +3,7 @@
 Pure numpy (no bpy, no OpenCV), with optional numba kernels (``jit.py``) for the depth
 test and the drawing that give the same results. The pipeline per frame:
 
-1. :func:`joints_3d` turns the world pose of the canonical joints (``rigs/humanoid.py``
+1. :func:`joints_3d` turns the world pose of the canonical joints (``addon/core/humanoid.py``
    names) into 3D keypoints: BODY_25 body, 21 per hand, the placed face points;
 2. :func:`project_skeleton` / :func:`project_keypoints` project them through a
    :class:`~painted_skin.addon.core.camera.Camera` and test each against a depth buffer;

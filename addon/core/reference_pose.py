@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...rigs.humanoid import AIM_CHILD, REFERENCE_DIRECTIONS
 from .body_chains import UP, torso_aims
+from .humanoid import AIM_CHILD, REFERENCE_DIRECTIONS
 from .skeleton import Skeleton, apply_points, rotations
 from .transforms import normalize, rotation_between
 

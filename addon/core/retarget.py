@@ -24,9 +24,9 @@ from typing import Literal
 
 import numpy as np
 
-from ...rigs.humanoid import canonical_parent
 from .body_chains import Chain, chain_ends, path_between, solve_chain, torso_chains
 from .footlock import FootLockResult, foot_skate_cm, lock_feet
+from .humanoid import canonical_parent
 from .reference_pose import reference_frames
 from .skeleton import (
     Motion,
@@ -137,8 +137,6 @@ def implicit_pairs(source: Skeleton, source_map: dict[str, str], target: Skeleto
 
 
 def canonical_parent_in(name: str, present: list[str]) -> str | None:
-    from ...rigs.humanoid import canonical_parent
-
     return canonical_parent(name, frozenset(present))
 
 

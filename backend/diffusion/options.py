@@ -7,6 +7,7 @@ check all read their vocabulary here, so none of them imports another to learn i
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from ..pipelines.base import CROSS_FRAME_OFF
@@ -16,6 +17,12 @@ from ..pipelines.base import CROSS_FRAME_OFF
 LOAD_KEYS = ("model", "tiny", "tiny_seed", "tiny_controlnets", "dtype", "engine")
 XL_LOAD_KEYS = ("model", "tiny", "tiny_seed", "tiny_controlnets", "union", "dtype", "engine")
 ENGINES = ("torch", "onnx")
+# What each runtime needs of a CUDA device: torch's CUDA, onnxruntime's CUDA provider, both.
+RUNTIMES = {"torch": ("torch",), "onnx": ("torch", "onnxruntime"),
+            "onnxruntime": ("onnxruntime",)}
+TORCH_CUDA = ("pip install --force-reinstall torch --index-url "
+              "https://download.pytorch.org/whl/cu130")
+ORT_GPU = "pip uninstall -y onnxruntime && pip install 'onnxruntime-gpu[cuda,cudnn]'"
 CROSS_FRAME_MODES = ("first", "previous")
 
 
@@ -56,3 +63,48 @@ def option_problems(options: dict[str, Any]) -> list[str]:
         return [str(e)]
     problem = engine_problem(options)
     return [problem] if problem else []
+
+
+@functools.lru_cache(maxsize=16)
+def device_problem(device: str, runtime: str = "torch") -> str | None:
+    """Why ``device`` (``serve --device``) cannot run ``runtime`` ("torch", "onnx": torch
+    and onnxruntime's CUDA provider, "onnxruntime": the skin model) here; None when it
+    can. Told when a session opens: on its own, torch raises on the first tensor moved
+    to a missing GPU, and onnxruntime quietly runs on the CPU, many times slower."""
+    if device == "cpu":
+        return None
+    kind, _, index = device.partition(":")
+    if kind != "cuda" or not (index == "" or index.isdigit()):
+        return f"device {device!r}: use cpu, cuda or cuda:N"
+    fix = "(docs/gpu.md), or serve with --device cpu"
+    if "torch" in RUNTIMES[runtime]:
+        try:
+            import torch
+        except ImportError:
+            return f"device {device!r} needs torch: {TORCH_CUDA} {fix}"
+        if not torch.cuda.is_available():
+            if torch.version.cuda is None:
+                return (f"device {device!r}: torch {torch.__version__} is a CPU-only build: "
+                        f"{TORCH_CUDA} {fix}")
+            return (f"device {device!r}: torch (CUDA {torch.version.cuda}) sees no CUDA "
+                    f"device: is the NVIDIA driver installed and recent enough? {fix}")
+        if int(index or 0) >= torch.cuda.device_count():
+            return (f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA "
+                    "device(s), numbered from 0")
+    if "onnxruntime" in RUNTIMES[runtime]:
+        from ..doctor import CUDA, provider_loads
+
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            return f"device {device!r} needs onnxruntime-gpu: pip install onnxruntime-gpu {fix}"
+        if CUDA not in ort.get_available_providers():
+            return (f"device {device!r}: onnxruntime {ort.__version__} has no CUDA provider "
+                    f"(it is the CPU package): {ORT_GPU} {fix}")
+        ok, why = provider_loads(CUDA)
+        if not ok:
+            return (f"device {device!r}: onnxruntime's CUDA provider does not load ({why}): "
+                    "it needs the CUDA and cuDNN 9 libraries of its build (CUDA 13 from "
+                    f"onnxruntime-gpu 1.27, 12 before): pip install "
+                    f"'onnxruntime-gpu[cuda,cudnn]' {fix}")
+    return None

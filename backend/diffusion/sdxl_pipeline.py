@@ -345,25 +345,3 @@ def check_xl(options: dict[str, Any]) -> list[str]:
     if options.get("union") and usrc is None:
         return [f"model {entry.name!r} has no 'controlnet_union' in the registry"]
     return check_xl_weights(entry, None if options.get("union") is False else usrc)
-
-
-def sdxl_factory(options: dict[str, Any], device: str) -> RestyleXLPipeline:
-    """Factory of ``sdxl-controlnet`` (load keys :data:`.options.XL_LOAD_KEYS`): tiny
-    random components (``tiny``, ``tiny_seed``, ``tiny_controlnets``, ``union``)
-    or registry model ``model`` (default "sdxl"); ``engine``: "torch" or "onnx"."""
-    import torch
-
-    dtype = options.get("dtype")
-    tdtype = getattr(torch, dtype) if isinstance(dtype, str) else None
-    union = options.get("union")
-    if options.get("tiny"):
-        comps = tiny_xl_components(int(options.get("tiny_seed", 0)), bool(union),
-                                   int(options.get("tiny_controlnets", 3)))
-    else:
-        comps = load_xl_components(str(options.get("model", "sdxl")), tdtype,
-                                   None if union is None else bool(union))
-    if options.get("engine", "torch") == "onnx":
-        from .onnx.xl import OnnxRestyleXLPipeline
-
-        return OnnxRestyleXLPipeline(comps, device, tdtype)
-    return RestyleXLPipeline(comps, device, tdtype)

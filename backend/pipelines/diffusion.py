@@ -1,5 +1,5 @@
-"""The diffusion pipelines' factories, registered by :func:`register_all` when torch
-and diffusers are installed (the registry calls it; importing registers nothing).
+"""The diffusion pipelines' factories and their registry :func:`entries` (when torch
+and diffusers are installed; the registry registers them, importing registers nothing).
 
 ``sd15-controlnet``: :class:`painted_skin.backend.diffusion.controlnet_pipeline.RestylePipeline`.
 Load options (``LOAD_KEYS`` of :mod:`..diffusion.options`; the backend keeps one
@@ -20,7 +20,6 @@ import importlib.util
 from typing import Any
 
 from ..diffusion.options import LOAD_KEYS, XL_LOAD_KEYS, option_problems
-from .registry import register
 
 
 def available() -> bool:
@@ -53,9 +52,20 @@ def check(options: dict[str, Any]) -> list[str]:
     return check_weights(registry[name])
 
 
+def _refuse_unusable_device(options: dict[str, Any], device: str) -> None:
+    """A GPU the engine cannot use is told when the session opens, in one line with the
+    fix: torch alone would raise on the first tensor, onnxruntime run on the CPU."""
+    from ..diffusion.options import device_problem
+
+    problem = device_problem(device, str(options.get("engine", "torch")))
+    if problem:
+        raise ValueError(problem)
+
+
 def sd15_controlnet(options: dict[str, Any], device: str) -> Any:
     """Factory of ``sd15-controlnet`` (raises MissingWeights naming every
     missing component before anything loads)."""
+    _refuse_unusable_device(options, device)
     import torch
 
     from ..diffusion.components import load_components, load_registry
@@ -81,25 +91,48 @@ def sd15_controlnet(options: dict[str, Any], device: str) -> Any:
     return RestylePipeline(comps, device, tdtype)
 
 
-def register_all() -> bool:
-    """Register the diffusion pipelines; False (nothing registered) without torch."""
+def entries() -> list[dict[str, Any]]:
+    """The diffusion pipelines' registry entries (:func:`~.registry.register`'s
+    keywords); none without torch and diffusers."""
     if not available():
-        return False
+        return []
     common = {"engine": "torch", "tiny_seed": 0, "tiny_controlnets": 3}
-    register("sd15-controlnet", sd15_controlnet, load_keys=LOAD_KEYS, size_multiple=8,
-             check=check, load_defaults={**common, "model": "sd15"})
-    register("sdxl-controlnet", _sdxl_factory, load_keys=XL_LOAD_KEYS, size_multiple=8,
-             check=_check_xl, load_defaults={**common, "model": "sdxl"})
-    return True
+    return [dict(name="sd15-controlnet", factory=sd15_controlnet, load_keys=LOAD_KEYS,
+                 size_multiple=8, check=check, load_defaults={**common, "model": "sd15"}),
+            dict(name="sdxl-controlnet", factory=sdxl_controlnet, load_keys=XL_LOAD_KEYS,
+                 size_multiple=8, check=_check_xl, load_defaults={**common, "model": "sdxl"})]
 
 
 # SDXL's code (torch, diffusers) is imported when a pipeline is created or checked.
 
 
-def _sdxl_factory(options: dict[str, Any], device: str) -> Any:
-    from ..diffusion.sdxl_pipeline import sdxl_factory
+def sdxl_controlnet(options: dict[str, Any], device: str) -> Any:
+    """Factory of ``sdxl-controlnet`` (load keys ``XL_LOAD_KEYS``): tiny random
+    components (``tiny``, ``tiny_seed``, ``tiny_controlnets``, ``union``) or registry
+    model ``model`` (default "sdxl"); ``engine``: "torch" or "onnx"."""
+    _refuse_unusable_device(options, device)
+    import torch
 
-    return sdxl_factory(options, device)
+    from ..diffusion.sdxl_pipeline import (
+        RestyleXLPipeline,
+        load_xl_components,
+        tiny_xl_components,
+    )
+
+    dtype = options.get("dtype")
+    tdtype = getattr(torch, dtype) if isinstance(dtype, str) else None
+    union = options.get("union")
+    if options.get("tiny"):
+        comps = tiny_xl_components(int(options.get("tiny_seed", 0)), bool(union),
+                                   int(options.get("tiny_controlnets", 3)))
+    else:
+        comps = load_xl_components(str(options.get("model", "sdxl")), tdtype,
+                                   None if union is None else bool(union))
+    if options.get("engine", "torch") == "onnx":
+        from ..diffusion.onnx.xl import OnnxRestyleXLPipeline
+
+        return OnnxRestyleXLPipeline(comps, device, tdtype)
+    return RestyleXLPipeline(comps, device, tdtype)
 
 
 def _check_xl(options: dict[str, Any]) -> list[str]:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from . import Cancelled, StepCallback
+from .base import Cancelled, StepCallback
 
 
 def seed_tint(seed: int) -> np.ndarray:

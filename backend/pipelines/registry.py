@@ -66,7 +66,8 @@ def register_builtin() -> list[str]:
         register("skin", skin_factory, load_keys=SKIN_KEYS, size_multiple=4,
                  check=skin_check, load_defaults={"model": "demo"})
     if _have("diffusion.components"):
-        from .diffusion import register_all
+        from .diffusion import entries
 
-        register_all()
+        for entry in entries():
+            register(**entry)
     return names()

@@ -21,10 +21,15 @@ from typing import Any
 
 import numpy as np
 
+from ..diffusion.options import device_problem
 from ..skin import features, registry, runtime
-from . import Cancelled, StepCallback
+from .base import Cancelled, StepCallback
 
 LOAD_KEYS = ("model",)
+
+
+class DeviceUnavailable(ValueError):
+    """The backend's device cannot run the skin model; the message names the fix."""
 
 
 def _folder(options: dict[str, Any]):
@@ -61,6 +66,9 @@ class SkinPipeline:
     name = "skin"
 
     def __init__(self, options: dict[str, Any], device: str = "cpu") -> None:
+        problem = device_problem(device, "onnxruntime")  # not a CPU run that looks like one
+        if problem:
+            raise DeviceUnavailable(f"the skin model cannot run on {problem}")
         folder = _folder(options)
         self.model = runtime.load_model(folder, options.get("character"), device)
         # the server keeps a session state (and skips its cache) only for stateful pipelines

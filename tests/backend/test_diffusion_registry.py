@@ -197,3 +197,18 @@ def test_a_bad_cross_frame_is_told_on_open(value) -> None:
     assert "cross_frame" in problem and "first" in problem
     with pytest.raises(ValueError):
         parse_cross_frame(value)
+
+
+@pytest.mark.parametrize("engine", ["torch", "onnx"])
+def test_a_gpu_this_backend_cannot_use_is_refused_before_loading(engine) -> None:
+    """``serve --device cuda`` on a machine whose torch (or onnxruntime) has no CUDA: the
+    factory refuses with the fix in one line, before any weight loads (this machine has
+    the CPU builds)."""
+    import torch
+    from painted_skin.backend.pipelines import diffusion
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    for factory in (diffusion.sd15_controlnet, diffusion.sdxl_controlnet):
+        with pytest.raises(ValueError, match="--device cpu"):
+            factory({"tiny": True, "engine": engine}, "cuda")

@@ -95,8 +95,9 @@ def test_sdxl_images_match_torch(pipes) -> None:
 
 def test_factory_and_open_checks(cache) -> None:
     from painted_skin.backend.diffusion.onnx.xl import OnnxRestyleXLPipeline
-    from painted_skin.backend.diffusion.sdxl_pipeline import check_xl, sdxl_factory
+    from painted_skin.backend.diffusion.sdxl_pipeline import check_xl
     from painted_skin.backend.pipelines import diffusion
+    from painted_skin.backend.pipelines.diffusion import sdxl_controlnet as sdxl_factory
 
     assert "engine" in diffusion.XL_LOAD_KEYS
     # told on OPEN, not found on the first frame: union and cross-frame are accepted

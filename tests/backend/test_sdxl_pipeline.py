@@ -15,10 +15,10 @@ from painted_skin.backend.diffusion import temporal as T  # noqa: E402
 from painted_skin.backend.diffusion.sdxl_pipeline import (  # noqa: E402
     RestyleXLPipeline,
     check_xl,
-    sdxl_factory,
     tiny_xl_components,
 )
 from painted_skin.backend.diffusion.seeds import frame_seed  # noqa: E402
+from painted_skin.backend.pipelines.diffusion import sdxl_controlnet as sdxl_factory  # noqa: E402
 
 H = W = 64
 SHOT = T.synthetic_shot(3, H, W, speed=2)

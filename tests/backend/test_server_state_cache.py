@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
-from painted_skin.backend import protocol as P  # noqa: E402
+from painted_skin import wire as P  # noqa: E402
 from painted_skin.backend.diffusion import temporal as T  # noqa: E402
 from painted_skin.backend.server import ServeConfig, Server  # noqa: E402
 from test_session_open import Client  # noqa: E402

@@ -17,8 +17,8 @@ import zmq
 pytest.importorskip("torch")
 pytest.importorskip("diffusers")
 
+from painted_skin import wire as P  # noqa: E402
 from painted_skin.backend import pipelines  # noqa: E402
-from painted_skin.backend import protocol as P  # noqa: E402
 from painted_skin.backend.diffusion import components as C  # noqa: E402
 from painted_skin.backend.pipelines.echo import EchoPipeline  # noqa: E402
 from painted_skin.backend.server import ServeConfig, Server  # noqa: E402
