@@ -79,15 +79,15 @@ def test_restyle_shot_writes_every_frame_and_resumes(bpy_clean, shot_blend, back
 
 @pytest.fixture
 def restyle_registered(bpy_clean):
-    from painted_skin.addon.blender import restyle
+    from painted_skin.addon.blender import restyle_ui
 
-    restyle.register()
+    restyle_ui.register()
     yield bpy_clean
-    restyle.unregister()
+    restyle_ui.unregister()
 
 
 def test_operators_panel_and_results(restyle_registered, shot_blend, backend_url, tmp_path):
-    from painted_skin.addon.blender import restyle
+    from painted_skin.addon.blender import restyle, restyle_ui, restyle_viewer
 
     bpy = restyle_registered
     assert restyle.PS_AddonPreferences.bl_idname == "painted_skin"
@@ -96,34 +96,34 @@ def test_operators_panel_and_results(restyle_registered, shot_blend, backend_url
     s = scene.painted_skin_restyle
     s.url, s.width, s.height, s.out_dir = backend_url, 32, 32, str(tmp_path)
     assert bpy.ops.painted_skin.backend_connect() == {"FINISHED"}
-    assert restyle._STATUS["text"].startswith(backend_url)
+    assert restyle_ui._STATUS["text"].startswith(backend_url)
     assert bpy.ops.painted_skin.restyle() == {"FINISHED"}
     assert all(restyle.frame_done(tmp_path, f) for f in (1, 2, 3))
-    img = restyle.show_results(bpy.context, tmp_path, [1, 2, 3], use_vse=True)
+    img = restyle_viewer.show_results(bpy.context, tmp_path, [1, 2, 3], use_vse=True)
     assert img.source == "SEQUENCE" and img.filepath.endswith("0001.png")
-    strip = scene.sequence_editor.strips[restyle.VSE_STRIP]
+    strip = scene.sequence_editor.strips[restyle_viewer.VSE_STRIP]
     assert len(strip.elements) == 3 and strip.frame_final_duration == 3
     # A missing frame leaves a gap in the edit: later frames keep their time.
     restyle.result_path(tmp_path, 2).unlink()
-    restyle.show_results(bpy.context, tmp_path, [1, 2, 3], use_vse=True)
+    restyle_viewer.show_results(bpy.context, tmp_path, [1, 2, 3], use_vse=True)
     strips = sorted((s.frame_final_start, len(s.elements)) for s in scene.sequence_editor.strips
-                    if s.name.startswith(restyle.VSE_STRIP))
+                    if s.name.startswith(restyle_viewer.VSE_STRIP))
     assert strips == [(1, 1), (3, 1)]
     s.url = free_url()  # nobody there
     with pytest.raises(RuntimeError, match="no answer from the backend"):
         bpy.ops.painted_skin.backend_connect(timeout=0.5)
-    assert restyle._STATUS["text"].startswith("no backend")
+    assert restyle_ui._STATUS["text"].startswith("no backend")
 
 
 def test_start_local_backend(tmp_path):
-    from painted_skin.addon.blender import restyle
+    from painted_skin.addon.blender import local_backend, restyle
     from painted_skin.addon.blender.client import BackendClient, BackendError
 
     url = free_url()
     try:
         pong = restyle.start_local_backend(sys.executable, url, timeout_s=30)
         assert pong["type"] == "pong"
-        proc = restyle._LOCAL["proc"]
+        proc = local_backend.LOCAL.proc
         assert proc.args == serve_command(url)
         # The on_dead hook brings back a local backend that died.
         proc.kill()
@@ -176,12 +176,12 @@ def _fake_modal_run(bpy, cancel_after: int | None = None) -> tuple[set, object, 
     module has no windows): TIMER events until it finishes, Esc when asked."""
     from types import SimpleNamespace
 
-    from painted_skin.addon.blender import restyle
+    from painted_skin.addon.blender import restyle_ui
 
     class Op:
-        invoke, modal, _finish = (restyle.PS_OT_restyle.invoke, restyle.PS_OT_restyle.modal,
-                                  restyle.PS_OT_restyle._finish)
-        _on_result, _args = restyle.PS_OT_restyle._on_result, restyle.PS_OT_restyle._args
+        op = restyle_ui.PS_OT_restyle
+        invoke, modal, _finish = op.invoke, op.modal, op._finish
+        _on_result, _args = op._on_result, op._args
         reports: list = []
 
         def report(self, kind, text):
@@ -203,7 +203,7 @@ def _fake_modal_run(bpy, cancel_after: int | None = None) -> tuple[set, object, 
 
 def test_modal_operator_progress_cancel_resume(restyle_registered, shot_blend, backend_url,
                                               tmp_path):
-    from painted_skin.addon.blender import restyle
+    from painted_skin.addon.blender import restyle, restyle_viewer
 
     bpy = restyle_registered
     scene = open_shot(bpy, shot_blend)
@@ -221,7 +221,7 @@ def test_modal_operator_progress_cancel_resume(restyle_registered, shot_blend, b
     assert ret == {"FINISHED"}
     assert all(restyle.frame_done(tmp_path, f) for f in range(1, 9))
     assert ctx.window_manager.progress[0] == len(done)
-    assert bpy.data.images[restyle.RESULT_IMAGE].source == "SEQUENCE"
+    assert bpy.data.images[restyle_viewer.RESULT_IMAGE].source == "SEQUENCE"
 
 
 def test_cli_restyle_headless(serve, bpy_clean, tmp_path, capsys) -> None:
@@ -250,7 +250,7 @@ def test_cli_restyle_headless(serve, bpy_clean, tmp_path, capsys) -> None:
 
 def test_panel_fields_become_pipeline_options(bpy_clean) -> None:
     import painted_skin
-    from painted_skin.addon.blender.restyle import restyle_args
+    from painted_skin.addon.blender.restyle_ui import restyle_args
     from painted_skin.addon.blender.shot_geometry import ShotError
 
     painted_skin.register()
@@ -305,13 +305,13 @@ def test_canonical_passes_travel_to_the_backend_in_their_wire_dtypes(bpy_clean, 
 def test_start_local_backend_on_an_ipc_url(tmp_path):
     """An ``ipc://`` URL (a socket path, no port) starts a local backend too: its log
     file is named from the path, not opened inside a folder that does not exist."""
-    from painted_skin.addon.blender import restyle
+    from painted_skin.addon.blender import local_backend, restyle
     from painted_skin.addon.blender.client import BackendClient
 
     url = f"ipc://{tmp_path}/backend.sock"
     try:
         assert restyle.start_local_backend(sys.executable, url, timeout_s=30)["type"] == "pong"
-        assert restyle._LOCAL["log"].parent == Path(tempfile.gettempdir())
+        assert local_backend.LOCAL.log.parent == Path(tempfile.gettempdir())
         with BackendClient(url, timeout_s=20) as c:
             assert c.ping()["type"] == "pong"
     finally:

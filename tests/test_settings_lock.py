@@ -19,17 +19,17 @@ SETTINGS = {"pipeline": "echo", "prompt": "", "negative_prompt": "", "seed": 1,
 
 
 def test_a_run_with_other_settings_is_refused_while_one_runs(tmp_path) -> None:
-    from painted_skin.addon.blender.restyle import SETTINGS_FILE, _check_settings
+    from painted_skin.addon.blender.restyle_output import SETTINGS_FILE, check_settings
     from painted_skin.addon.blender.shot_geometry import ShotError
 
-    first = _check_settings(tmp_path, SETTINGS)  # a run holding the folder, no frame yet
+    first = check_settings(tmp_path, SETTINGS)  # a run holding the folder, no frame yet
     with pytest.raises(ShotError, match=r"another restyle with other settings \(seed\)"):
-        _check_settings(tmp_path, {**SETTINGS, "seed": 2})
+        check_settings(tmp_path, {**SETTINGS, "seed": 2})
     assert json.loads((tmp_path / SETTINGS_FILE).read_text())["seed"] == 1
-    with _check_settings(tmp_path, SETTINGS):  # a farm chunk with the same settings
+    with check_settings(tmp_path, SETTINGS):  # a farm chunk with the same settings
         pass
     first.close()
-    with _check_settings(tmp_path, {**SETTINGS, "seed": 2}):  # nobody writes, no frames
+    with check_settings(tmp_path, {**SETTINGS, "seed": 2}):  # nobody writes, no frames
         pass
     assert json.loads((tmp_path / SETTINGS_FILE).read_text())["seed"] == 2
 

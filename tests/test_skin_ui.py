@@ -14,12 +14,12 @@ import pytest
 
 @pytest.fixture
 def registered(bpy_clean):
-    from painted_skin.addon.blender import restyle, skin_ui
+    from painted_skin.addon.blender import restyle_ui, skin_ui
 
     skin_ui.register()
-    restyle.register()
+    restyle_ui.register()
     yield bpy_clean
-    restyle.unregister()
+    restyle_ui.unregister()
     skin_ui.unregister()
 
 
@@ -48,7 +48,7 @@ def test_train_needs_a_saved_file_and_builds_the_cli_command(registered, tmp_pat
 
 
 def test_a_model_trained_here_is_served_by_the_panels_backend_as_scene(registered, tmp_path):
-    from painted_skin.addon.blender import restyle
+    from painted_skin.addon.blender import local_backend
 
     bpy = registered
     _saved_demo(bpy, tmp_path)
@@ -61,7 +61,7 @@ def test_a_model_trained_here_is_served_by_the_panels_backend_as_scene(registere
     (tmp_path / "model" / "config.json").write_text("{}")
     assert bpy.ops.painted_skin.use_skin_model() == {"FINISHED"}
     assert r.model == "scene"
-    env = restyle._backend_env(None)
+    env = local_backend.backend_env(None)
     models = tomllib.loads(Path(env["PAINTED_SKIN_SKIN_MODELS"]).read_text())["models"]
     assert Path(models["scene"]["path"]) == (tmp_path / "model").resolve()
     assert "demo" in models  # the registry's own models stay
@@ -79,3 +79,19 @@ def test_train_button_trains_a_model_headless(registered, tmp_path):
     assert bpy.ops.painted_skin.train_skin(frames_per_clip=2, samples=2) == {"FINISHED"}
     report = json.loads((tmp_path / "model" / "report.json").read_text())
     assert report["dataset"]["size"] == 128 and "held_out" in report
+
+
+def test_the_scene_registry_file_goes_with_the_local_backend(bpy_clean, tmp_path) -> None:
+    """The registry file the panel writes for the scene's skin models is written whole
+    (quoted names) and removed when the local backend stops: nothing left in /tmp."""
+    import tomllib
+
+    from painted_skin.addon.blender import local_backend
+
+    path = local_backend.LOCAL.registry_with({"odd name.x": str(tmp_path / "model")})
+    try:
+        assert tomllib.loads(path.read_text())["models"]["odd name.x"]["path"] == str(
+            tmp_path / "model")
+    finally:
+        local_backend.stop_local_backend()
+    assert not path.exists()

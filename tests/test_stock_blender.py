@@ -22,6 +22,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# Python modules of the package (tests and build output aside): the zip ships a part of them.
+TREE_MODULES = sum(1 for p in REPO.rglob("*.py") if not {"tests", "build", "out", ".venv",
+                                                          ".venv-backend", ".git"}
+                   & set(p.relative_to(REPO).parts))
 MANIFEST = tomllib.loads((REPO / "blender_manifest.toml").read_text())
 PKG = f"bl_ext.user_default.{MANIFEST['id']}"
 CACHE = Path(os.environ.get("PAINTED_SKIN_TEST_CACHE",
@@ -121,7 +125,7 @@ out["passes"] = sorted(bpy.ops.painted_skin.render_passes())
 out["pass_files"] = sorted(str(f.relative_to(work / "passes")) for f in
                            (work / "passes").rglob("*.png"))
 prefs = bpy.context.preferences.addons[pkg].preferences
-restyle = sys.modules[pkg + ".addon.blender.restyle"]
+restyle_ui = sys.modules[pkg + ".addon.blender.restyle_ui"]
 # The stock Python itself as Backend Python: Check says what it lacks, and Start fails
 # with the backend log's last lines in the panel.
 prefs.python = sys.executable
@@ -133,7 +137,7 @@ try:
     bpy.ops.painted_skin.backend_start(timeout=30)
 except RuntimeError as e:
     out["start_bare"] = str(e)
-out["log_tail"] = restyle._STATUS["log_tail"]
+out["log_tail"] = restyle_ui._STATUS["log_tail"]
 prefs.python = backend_python
 r = scene.painted_skin_restyle
 r.url, r.pipeline, r.width, r.height = url, "echo", 64, 64
@@ -178,7 +182,7 @@ def test_zip_installs_and_runs_end_to_end_in_a_bpy_only_python(linux_zip, tmp_pa
                "restyle", "backend_start", "backend_check", "backend_connect"):
         assert op in out["ops"], f"painted_skin.{op} is not registered: {out['ops']}"
     assert out["panels"] == ["PS_PT_passes", "PS_PT_restyle", "PS_PT_retarget"]
-    assert out["restyle_module"] == f"{PKG}.addon.blender.restyle"
+    assert out["restyle_module"] == f"{PKG}.addon.blender.restyle_ui"
     assert Path(out["zmq_file"]).is_relative_to(res), out["zmq_file"]  # the bundled wheel
     assert {"retarget_clip", "make_passes", "restyle_shot"} <= set(out["api"])
     assert {"retarget", "passes", "restyle", "serve", "broker"} <= set(out["cli"])
@@ -235,7 +239,10 @@ def test_each_platform_zip_holds_its_pyzmq_and_loads_in_its_blender(tmp_path):
             assert f"-{tag}-" in wheels[0] and wheel_os in wheels[0], wheels
             assert manifest["build"]["generated"]["platforms"] == [plat]
             assert not [n for n in names if n.startswith(("backend/diffusion/onnx", "tests/"))]
-            assert sum(1 for n in names if n.endswith(".py")) < 100
+            # the add-on, wire, the echo backend and the CLI; an exclude pattern gone missing
+            # (the diffusion, skin-model, evaluation code, tools) would ship them all
+            shipped = sum(1 for n in names if n.endswith(".py"))
+            assert shipped < 0.8 * TREE_MODULES, (shipped, TREE_MODULES)
             versions = sorted(".".join(map(str, v)) for v in
                               ext.python_versions_from_wheels(manifest["wheels"]))
             skip = ext.repository_filter_skip(
@@ -309,7 +316,7 @@ def test_without_fcntl_every_addon_module_imports_and_all_registers(tmp_path):
     assert out["failed"] == {}
     assert "painted_skin.addon.blender.client" in out["imported"]
     assert {"retarget", "render_passes", "restyle", "backend_start"} <= set(out["ops"])
-    assert out["restyle_module"] == "painted_skin.addon.blender.restyle"
+    assert out["restyle_module"] == "painted_skin.addon.blender.restyle_ui"
     assert out["shm"] is False
     assert out["after"] == []
 

@@ -12,7 +12,7 @@ from mathutils import Vector
 
 from ..core.bonemap import auto_map
 from .armature_io import read_skeleton
-from .shot_geometry import ShotError, _find_armature, _render_meshes
+from .shot_geometry import ShotError, find_armature, render_meshes
 
 CAMERA_NAME = "PaintedSkinCamera"
 LENS_MM = 45.0
@@ -32,10 +32,10 @@ def character_height(meshes: list[bpy.types.Object]) -> tuple[float, float]:
 def add_follow_camera(scene: bpy.types.Scene) -> bpy.types.Object:
     """Add (or reuse) the follow camera and make it the scene camera. Characters face
     -Y (the project's convention): the camera stands in front, to their left."""
-    meshes = _render_meshes(scene)
+    meshes = render_meshes(scene)
     if not meshes:
         raise ShotError("the scene has no visible mesh to frame: show the character first")
-    arm = _find_armature(meshes)
+    arm = find_armature(meshes)
     frame_now = scene.frame_current
     scene.frame_set(scene.frame_start)  # framed on the shot's first pose
     try:

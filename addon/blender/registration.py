@@ -1,4 +1,6 @@
-"""Register the add-on's classes in dependency order (props, operators, panels).
+"""Register the add-on's classes: one ordered list, each workflow step's settings,
+operators and panel in the order the sidebar shows them (retarget, passes, the skin
+model, restyle), then the Scene settings that point at them.
 
 Retarget and Passes need nothing beyond Blender and numpy; Restyle needs pyzmq (a wheel
 the extension bundles). Its import is the only one allowed to fail: the rest of the
@@ -7,39 +9,48 @@ add-on registers and the Restyle panel explains what is missing.
 
 from __future__ import annotations
 
-import bpy
-
 from . import operators, panel, passes_ui, preferences, props, skin_ui
+from .classes import register_classes, unregister_classes
 
-_RESTYLE: dict = {"module": None}
+# The steps that need no network, in registration order (a PropertyGroup before what
+# points at it).
+BASE_CLASSES = (props.CLASSES + operators.CLASSES + panel.CLASSES + passes_ui.CLASSES
+                + skin_ui.CLASSES + preferences.CLASSES)
+BASE_SETTINGS = {"painted_skin_retarget": props.PS_RetargetSettings,
+                 "painted_skin_passes": passes_ui.PS_PassesSettings,
+                 "painted_skin_skin": skin_ui.PS_SkinSettings}
+
+_REGISTERED: dict = {}
 
 
-def register() -> None:
-    props.register()
-    for cls in operators.CLASSES + panel.CLASSES:
-        bpy.utils.register_class(cls)
-    passes_ui.register()
-    skin_ui.register()
-    preferences.register()
+def _restyle_ui():
+    """The Restyle step's module, or None when its network layer cannot load (then
+    :mod:`.restyle_unavailable` says why, in its place)."""
     try:
-        from . import restyle
+        from . import restyle_ui
     except ImportError as e:  # e.g. "No module named 'zmq'": the bundled wheel is absent
         from . import restyle_unavailable
 
         restyle_unavailable.register(f"{type(e).__name__}: {e}")
-        _RESTYLE["module"] = restyle_unavailable
-    else:
-        restyle.register()
-        _RESTYLE["module"] = restyle
+        _REGISTERED["unavailable"] = restyle_unavailable
+        return None
+    return restyle_ui
+
+
+def register() -> None:
+    register_classes(BASE_CLASSES, **BASE_SETTINGS)
+    ui = _restyle_ui()
+    if ui is not None:
+        register_classes(ui.CLASSES, **ui.SCENE_SETTINGS)
+        _REGISTERED["restyle_ui"] = ui
 
 
 def unregister() -> None:
-    module = _RESTYLE.pop("module", None)
-    if module is not None:
-        module.unregister()
-    preferences.unregister()
-    skin_ui.unregister()
-    passes_ui.unregister()
-    for cls in reversed(operators.CLASSES + panel.CLASSES):
-        bpy.utils.unregister_class(cls)
-    props.unregister()
+    ui = _REGISTERED.pop("restyle_ui", None)
+    if ui is not None:
+        ui.unregister()  # stops the local backend started from the panel
+    unavailable = _REGISTERED.pop("unavailable", None)
+    if unavailable is not None:
+        unavailable.unregister()
+    skin_ui.cancel_training()
+    unregister_classes(BASE_CLASSES, *BASE_SETTINGS)

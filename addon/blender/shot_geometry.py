@@ -142,12 +142,14 @@ def light_at(ob: bpy.types.Object) -> SceneLight:
                       z / max(float(np.linalg.norm(z)), 1e-12))
 
 
-def _render_meshes(scene: bpy.types.Scene) -> list[bpy.types.Object]:
+def render_meshes(scene: bpy.types.Scene) -> list[bpy.types.Object]:
+    """The meshes a render of ``scene`` shows (visible, not hidden from render)."""
     return [o for o in scene.objects if o.type == "MESH" and not o.hide_render
             and o.visible_get()]
 
 
-def _find_armature(meshes: list[bpy.types.Object]) -> bpy.types.Object | None:
+def find_armature(meshes: list[bpy.types.Object]) -> bpy.types.Object | None:
+    """The armature deforming ``meshes`` (the first Armature modifier's), or None."""
     for ob in meshes:
         for mod in ob.modifiers:
             if mod.type == "ARMATURE" and mod.object is not None:
@@ -161,14 +163,14 @@ class ShotGeometry:
     def __init__(self, scene: bpy.types.Scene, width: int, height: int) -> None:
         self.scene = scene
         self.width, self.height = width, height
-        self.objects = _render_meshes(scene)
+        self.objects = render_meshes(scene)
         if not self.objects:
             raise ShotError("the scene has no visible mesh to render")
         try:
             camera_for(scene, width=width, height=height)  # fail early without a camera
         except ValueError as e:
             raise ShotError(str(e)) from None
-        self.armature = _find_armature(self.objects)
+        self.armature = find_armature(self.objects)
         self.bone_map: dict[str, str] = {}
         self.head_rest: np.ndarray | None = None
         self.warnings: list[str] = []

@@ -1,0 +1,113 @@
+"""The restyle output folder's layout and rules: where frames and carries go, the
+settings file that keeps one folder to one set of settings (with the folder lock that
+runs sharing it hold), and the temporal chain check.
+
+The files on disk are the source of truth: a frame whose PNG exists is done, so a
+re-run (or a farm chunk) resumes; a chained shot's frame needs the frame before it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..core.atomic import read_json, write_json_atomic
+from ..core.folder_lock import FolderRun, join_run
+from .shot_geometry import ShotError
+
+RESTYLED = "restyled"
+CARRY = "carry"
+SETTINGS_FILE = "restyle.json"
+# The settings that make a frame's picture; frames on disk made with others are refused.
+SHOT_KEYS = ("pipeline", "prompt", "negative_prompt", "seed", "width", "height", "options")
+# Pipelines whose frames never depend on the frames before them.
+STATELESS_PIPELINES = frozenset({"echo"})
+
+
+def result_path(out: Path, f: int) -> Path:
+    return Path(out) / RESTYLED / f"{f:04d}.png"
+
+
+def frame_done(out: Path, f: int) -> bool:
+    return result_path(out, f).exists()
+
+
+def carry_path(out: Path, f: int) -> Path:
+    """A temporal frame's final latents (``carry/####.npy``): what resumes the chain."""
+    return Path(out) / CARRY / f"{f:04d}.npy"
+
+
+class ChainBroken(ShotError):
+    """A temporal frame whose previous frame is neither done nor in this run."""
+
+
+def cross_frame_mode(options: dict | None) -> str | None:
+    """The cross-frame attention anchor of ``options`` ("first", "previous"), None: off."""
+    cf = (options or {}).get("cross_frame")
+    return None if cf in (None, False, "", "off", "none") else "first" if cf is True else str(cf)
+
+
+def is_temporal(pipeline: str | None, options: dict | None) -> bool:
+    """Whether each frame warps the previous output (the stateful pipelines' default,
+    unless ``temporal`` is false). Told from the settings alone, so that every farm
+    chunk decides alike before it talks to a backend."""
+    return pipeline not in STATELESS_PIPELINES and (options or {}).get("temporal", True) \
+        is not False
+
+
+def is_chained(pipeline: str | None, options: dict | None) -> bool:
+    """Whether a frame's picture depends on frames before it (temporal, or anchored by
+    cross-frame attention): such a shot is only the same when painted in order."""
+    return is_temporal(pipeline, options) or (pipeline not in STATELESS_PIPELINES
+                                              and cross_frame_mode(options) is not None)
+
+
+def check_chain(out: Path, frames: list[int], start: int, pipeline: str | None,
+                options: dict | None) -> None:
+    """Refuse a chained shot's run that would begin a chain anywhere but at ``start``
+    (the shot's first frame): its frame f continues frame f - 1, which must be on disk
+    in ``out`` already or come earlier in this run. A farm chunk that runs before the
+    one it continues is thus refused, rather than silently painting a different shot."""
+    if not is_chained(pipeline, options):
+        return
+    earlier: set[int] = set()  # frames this run paints before the next one
+    for f in frames:
+        if f > start and f - 1 not in earlier and not frame_done(out, f) \
+                and not frame_done(out, f - 1):
+            raise ChainBroken(
+                f"frame {f} continues the temporal chain from frame {f - 1}, which {out} "
+                f"does not hold yet: restyle frames {start}-{f - 1} first (on a farm: make "
+                "each chunk wait for the one before), or pass --options "
+                "'{\"temporal\": false}' to paint frames independently")
+        earlier.add(f)
+
+
+def _settings_diff(out: Path, settings: dict) -> list[str]:
+    """The shot settings that differ from the folder's settings file (none: no file)."""
+    path = out / SETTINGS_FILE
+    if not path.exists():
+        return []
+    try:
+        old = read_json(path, "restyle settings")
+    except ValueError as e:
+        raise ShotError(str(e)) from None
+    return [k for k in SHOT_KEYS if old.get(k) != settings.get(k)]
+
+
+def check_settings(out: Path, settings: dict) -> FolderRun:
+    """Refuse to mix frames made with other settings in one folder: frames on disk,
+    or another run writing it now with other settings. Returns the folder lock this
+    run holds until it is closed (runs with the same settings share the folder)."""
+    def write() -> None:
+        diff = _settings_diff(out, settings)
+        if diff and any((out / RESTYLED).glob("[0-9]*.png")):
+            raise ShotError(f"{out} holds frames restyled with other settings "
+                            f"({', '.join(diff)}): use another output folder or delete it")
+        write_json_atomic(out / SETTINGS_FILE, settings, indent=1)
+
+    def busy() -> ShotError:
+        return ShotError(f"another restyle with other settings "
+                         f"({', '.join(_settings_diff(out, settings))}) is writing into "
+                         f"{out} now: wait for it to finish, or use another output folder")
+
+    return join_run(out, lambda: not _settings_diff(out, settings), write, busy)
+

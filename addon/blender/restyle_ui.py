@@ -1,0 +1,438 @@
+"""The Restyle step in Blender's UI: its Scene settings, the operators (restyle the
+shot, connect, start and stop a local backend) and the Backend/Restyle panel.
+
+In the UI a modal operator polls the backend client on an event timer (progress in the
+status bar, Esc cancels) and shows the result as an image sequence; headless (``blender
+-b``, the bpy module: timers never fire) the same operators run the blocking loop of
+:mod:`.restyle`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import bpy
+from bpy.props import BoolProperty, EnumProperty, FloatProperty, IntProperty, StringProperty
+
+from .classes import register_classes, unregister_classes
+from .client import DEFAULT_URL, BackendClient, BackendError, BackendUnavailable, Result
+from .local_backend import (
+    LOCAL,
+    backend_python,
+    exit_message,
+    launch_local_backend,
+    restart_local_if_dead,
+    start_local_backend,
+    stop_local_backend,
+)
+from .out_paths import PATH_OPTIONS, UnwritableOutput, output_folder
+from .preferences import preferences
+from .restyle import (
+    CarrySource,
+    pipeline_options,
+    restyle_shot,
+    shot_frames,
+    shot_options,
+    wire_passes,
+    write_result,
+)
+from .restyle_output import RESTYLED, check_settings, frame_done
+from .restyle_viewer import show_results
+from .shot_geometry import ShotError
+
+# What the panel shows of the backend: the last Connect's status line, a failed start's log.
+_STATUS = {"text": "not connected", "ok": False, "log_tail": ""}
+
+
+class PS_RestyleSettings(bpy.types.PropertyGroup):
+    """The panel's fields (``Scene.painted_skin_restyle``), saved with the .blend."""
+
+    url: StringProperty(name="URL", default="",
+                        description="Backend address (empty: the add-on preferences' URL)")
+    pipeline: StringProperty(name="Pipeline", default="echo")
+    model: StringProperty(name="Model", default="",
+                          description="Model registry name (empty: the pipeline's default)")
+    steps: IntProperty(name="Steps", default=4, min=1, max=100,
+                       description="Denoising steps (4-8 with a few-step scheduler)")
+    temporal: BoolProperty(name="Temporal", default=True,
+                           description="Start each frame from the previous one warped by the "
+                                       "motion vectors (steadier frames)")
+    cross_frame: EnumProperty(name="Cross-Frame", default="off", items=[
+        ("off", "Off", "Plain attention"),
+        ("first", "First Frame", "Every frame also attends to the shot's first frame"),
+        ("previous", "Previous Frame", "Every frame also attends to the frame before")])
+    extra_options: StringProperty(name="Extra Options", default="",
+                                  description='More pipeline options as a JSON object, e.g. '
+                                              '{"scheduler": "lcm", "controlnets": ["depth"]}')
+    prompt: StringProperty(name="Prompt", default="")
+    negative_prompt: StringProperty(name="Negative", default="")
+    seed: IntProperty(name="Seed", default=0, min=0)
+    width: IntProperty(name="Width", default=512, min=16, max=8192)
+    height: IntProperty(name="Height", default=512, min=16, max=8192)
+    out_dir: StringProperty(name="Output", subtype="DIR_PATH", default="//restyle/",
+                            options=PATH_OPTIONS)
+    use_vse: BoolProperty(name="Add VSE Strip", default=False,
+                          description="Also put the result in the Sequencer")
+
+
+def _settings(context) -> PS_RestyleSettings:
+    return context.scene.painted_skin_restyle
+
+
+def backend_url(context) -> str:
+    s, p = _settings(context), preferences(context)
+    return s.url or (p.url if p is not None else "") or DEFAULT_URL
+
+
+def _keys(context) -> str | None:
+    p = preferences(context)
+    return bpy.path.abspath(p.keys_dir) if p is not None and p.keys_dir else None
+
+
+def _out(context) -> Path:
+    return output_folder(_settings(context).out_dir, "restyle")
+
+
+# -- operators ---------------------------------------------------------------------------------
+
+def error_text(e: Exception) -> str:
+    """The message an operator reports; a backend that only has the echo pipeline was
+    started with a Python lacking the diffusion packages: say where to fix that."""
+    text = str(e)
+    if isinstance(e, BackendError) and "unknown pipeline" in e.message and \
+            e.message.rstrip().endswith(": echo"):
+        text += (" (the backend's Python has no diffusion packages: set Preferences > "
+                 "Add-ons > Painted Skin > Backend Python to a Python with "
+                 "painted-skin[backend] installed, e.g. .venv-backend/bin/python, and start "
+                 "the backend again)")
+    return text
+
+
+def restyle_args(s: PS_RestyleSettings) -> dict:
+    """The panel's settings as :func:`restyle_shot` arguments (options: the panel's
+    fields, then the Extra Options JSON over them)."""
+    options: dict = {"steps": s.steps, "temporal": s.temporal}
+    if s.model:
+        options["model"] = s.model
+    if s.cross_frame != "off":
+        options["cross_frame"] = s.cross_frame
+    if s.extra_options.strip():
+        try:
+            extra = json.loads(s.extra_options)
+        except ValueError as e:
+            raise ShotError(f"Extra Options is not valid JSON ({e}): write an object, e.g. "
+                            '{"scheduler": "lcm"}') from None
+        if not isinstance(extra, dict):
+            raise ShotError('Extra Options must be a JSON object, e.g. {"scheduler": "lcm"}')
+        options.update(extra)
+    return {"pipeline": s.pipeline, "prompt": s.prompt, "negative_prompt": s.negative_prompt,
+            "seed": s.seed, "options": options}
+
+
+class PS_OT_restyle(bpy.types.Operator):
+    """Restyle the scene's frame range through the backend (Esc cancels; re-running resumes)"""
+
+    bl_idname = "painted_skin.restyle"
+    bl_label = "Restyle Shot"
+
+    _timer = None
+
+    def _args(self, context) -> dict:
+        return restyle_args(_settings(context))
+
+    def execute(self, context):
+        # Headless (blender -b, the bpy module): no event loop, run blocking.
+        s = _settings(context)
+        try:
+            summary = restyle_shot(context.scene, _out(context), backend_url(context),
+                                   size=(s.width, s.height), keys=_keys(context),
+                                   on_dead=restart_local_if_dead, **self._args(context))
+        except (ShotError, BackendError, UnwritableOutput, OSError) as e:
+            self.report({"ERROR"}, error_text(e))
+            return {"CANCELLED"}
+        self.report({"INFO"}, f"restyled: {summary['written'] + summary['skipped']}/"
+                              f"{summary['frames']} frames in {summary['out']}")
+        return {"FINISHED"}
+
+    def invoke(self, context, event):
+        if context.window is None:
+            return self.execute(context)
+        s, scene = _settings(context), context.scene
+        self._frames = list(range(scene.frame_start, scene.frame_end + 1))
+        try:
+            args = self._args(context)
+            self._out = _out(context)
+            args["options"] = pipeline_options(scene, args["pipeline"], shot_options(
+                scene, self._out, s.width, s.height, args.get("options")))
+            self._run_lock = check_settings(self._out, {**args, "width": s.width,
+                                                        "height": s.height})
+            todo = [f for f in self._frames if not frame_done(self._out, f)]
+            self._done, self._frame_now = len(self._frames) - len(todo), scene.frame_current
+            if not todo:
+                self._run_lock.close()
+                show_results(context, self._out, self._frames, s.use_vse)
+                self.report({"INFO"}, "restyle: every frame is already done")
+                return {"FINISHED"}
+            self._client = BackendClient(backend_url(context), keys=_keys(context),
+                                         on_dead=restart_local_if_dead)
+            pipeline = args.pop("pipeline")
+            self._client.open(pipeline, s.width, s.height, wait=False, **args)
+            (self._out / RESTYLED).mkdir(parents=True, exist_ok=True)
+            w, h = s.width, s.height
+            carry = CarrySource(scene, self._out, w, h, options=args.get("options"),
+                                first=self._frames[0], pipeline=pipeline)
+            frames = shot_frames(scene, todo, w, h, passes=wire_passes(pipeline))
+            self._client.start_shot(carry.remembering(frames),
+                                    lambda r: self._on_result(r, w, h), carry_for=carry,
+                                    primers_for=carry.primers)
+        except (ShotError, BackendError, UnwritableOutput, OSError) as e:
+            if getattr(self, "_run_lock", None) is not None:
+                self._run_lock.close()
+            if getattr(self, "_client", None) is not None:
+                self._client.close()
+                self._client = None
+            self.report({"ERROR"}, error_text(e))
+            return {"CANCELLED"}
+        wm = context.window_manager
+        wm.progress_begin(0, len(self._frames))
+        wm.progress_update(self._done)
+        self._timer = wm.event_timer_add(0.05, window=context.window)
+        wm.modal_handler_add(self)
+        return {"RUNNING_MODAL"}
+
+    def _on_result(self, r: Result, width: int, height: int) -> None:
+        write_result(self._out, r, width, height)
+        self._done += 1
+
+    def modal(self, context, event):
+        shot = self._client.shot
+        if event.type == "ESC" and event.value == "PRESS":
+            self._client.cancel()
+            context.workspace.status_text_set("Painted Skin restyle: cancelling…")
+            return {"RUNNING_MODAL"}
+        if event.type != "TIMER":
+            return {"PASS_THROUGH"}
+        try:
+            # One new frame per tick: computing passes costs ~0.1 s at 512².
+            self._client.poll_once(0, max_send=1)
+        except Exception as e:  # disk full, a bad frame...: never leave the UI half-done
+            self.report({"ERROR"}, str(e))
+            return self._finish(context)
+        if shot.error is not None:
+            self.report({"ERROR"}, error_text(shot.error))
+            return self._finish(context)
+        context.window_manager.progress_update(self._done)
+        step = (f", frame {shot.last_progress[0]} step {shot.last_progress[1]}/"
+                f"{shot.last_progress[2]}" if shot.last_progress else "")
+        context.workspace.status_text_set(
+            f"Painted Skin restyle: {self._done}/{len(self._frames)} frames{step} — Esc to stop")
+        if shot.done:
+            return self._finish(context)
+        return {"RUNNING_MODAL"}
+
+    def _finish(self, context):
+        wm = context.window_manager
+        wm.event_timer_remove(self._timer)
+        wm.progress_end()
+        context.workspace.status_text_set(None)
+        shot = self._client.shot
+        self._client.close(timeout_s=0.2)  # the UI must not wait on a dead backend
+        self._run_lock.close()
+        context.scene.frame_set(self._frame_now)
+        show_results(context, self._out, self._frames, _settings(context).use_vse)
+        ok = shot is not None and shot.error is None and not shot.cancelled
+        self.report({"INFO"} if ok else {"WARNING"},
+                    f"restyle: {self._done}/{len(self._frames)} frames"
+                    + ("" if ok else " (stopped; run again to resume)"))
+        return {"FINISHED"} if ok else {"CANCELLED"}
+
+
+class PS_OT_backend_connect(bpy.types.Operator):
+    """Ping the backend at the URL and show its status"""
+
+    bl_idname = "painted_skin.backend_connect"
+    bl_label = "Connect"
+
+    url: StringProperty(name="URL", default="", description="Empty: the panel's URL")
+    timeout: FloatProperty(name="Timeout", default=3.0, min=0.1, description="Seconds")
+
+    def execute(self, context):
+        url = self.url or backend_url(context)
+        if self.url:
+            _settings(context).url = self.url
+        try:
+            with BackendClient(url, keys=_keys(context), timeout_s=self.timeout) as c:
+                st = c.status()
+        except BackendError as e:
+            _STATUS.update(text=f"no backend at {url}", ok=False)
+            self.report({"ERROR"}, str(e))
+            return {"CANCELLED"}
+        _STATUS.update(text=status_line(url, st), ok=True)
+        self.report({"INFO"}, _STATUS["text"])
+        return {"FINISHED"}
+
+
+def status_line(url: str, st: dict) -> str:
+    devices = ", ".join(map(str, st.get("devices") or [])) or "?"
+    return (f"{url}: v{st.get('version', '?')}, {devices}, queue {st.get('queue_depth', 0)}, "
+            f"{st.get('sessions', 0)} session(s)")
+
+
+def _log_lines(text: str, n: int = 6) -> str:
+    return "\n".join(text.strip().splitlines()[-n:])
+
+
+def _redraw(context) -> None:
+    for window in getattr(context.window_manager, "windows", []):
+        for area in window.screen.areas:
+            if area.type in ("VIEW_3D", "PREFERENCES"):
+                area.tag_redraw()
+
+
+class PS_OT_backend_start(bpy.types.Operator):
+    """Start `painted-skin serve` here with the preferences' Backend Python; the panel shows
+    its progress, and its log's last lines if it fails"""
+
+    bl_idname = "painted_skin.backend_start"
+    bl_label = "Start Local Backend"
+
+    timeout: IntProperty(name="Timeout", default=60, min=1)
+
+    def _python(self, context) -> str:
+        p = preferences(context)
+        return backend_python(p.python if p is not None else "")
+
+    def _failed(self, e: BackendError):
+        _STATUS.update(text="local backend failed to start", ok=False,
+                       log_tail=_log_lines(e.message if e.code == "exited"
+                                           else LOCAL.log_tail()))
+        self.report({"ERROR"}, str(e))
+        return {"CANCELLED"}
+
+    def execute(self, context):
+        # Headless (blender -b, the bpy module): no event loop, wait here.
+        try:
+            start_local_backend(self._python(context), backend_url(context), self.timeout)
+        except BackendError as e:
+            return self._failed(e)
+        _STATUS["log_tail"] = ""
+        return bpy.ops.painted_skin.backend_connect()
+
+    def invoke(self, context, event):
+        if context.window is None:
+            return self.execute(context)
+        url = backend_url(context)
+        try:
+            stop_local_backend()
+            self._proc = launch_local_backend(self._python(context), url)
+        except BackendError as e:
+            return self._failed(e)
+        self._client = BackendClient(url, timeout_s=1.0)
+        self._t0 = time.monotonic()
+        _STATUS.update(text="starting local backend…", ok=False, log_tail="")
+        wm = context.window_manager
+        self._timer = wm.event_timer_add(0.25, window=context.window)
+        wm.modal_handler_add(self)
+        return {"RUNNING_MODAL"}
+
+    def modal(self, context, event):
+        if event.type != "TIMER":
+            return {"PASS_THROUGH"}
+        waited = time.monotonic() - self._t0
+        outcome = None
+        if self._proc.poll() is not None:
+            outcome = self._failed(BackendError("exited", exit_message(self._proc)))
+        else:
+            try:
+                self._client.ping(timeout_s=0.05)
+                outcome = "up"
+            except BackendUnavailable:
+                if waited > self.timeout:
+                    stop_local_backend()
+                    outcome = self._failed(BackendError(
+                        "timeout", f"the backend did not answer within {self.timeout} s; "
+                                   f"log: {LOCAL.log}"))
+        if outcome is None:
+            _STATUS["text"] = f"starting local backend… {waited:.0f} s"
+            _redraw(context)
+            return {"RUNNING_MODAL"}
+        context.window_manager.event_timer_remove(self._timer)
+        self._client.close(timeout_s=0.1)
+        _redraw(context)
+        if outcome == "up":
+            return bpy.ops.painted_skin.backend_connect()
+        return outcome
+
+
+class PS_OT_backend_stop(bpy.types.Operator):
+    """Stop the local backend started from this Blender"""
+
+    bl_idname = "painted_skin.backend_stop"
+    bl_label = "Stop Local Backend"
+
+    def execute(self, context):
+        stop_local_backend()
+        _STATUS.update(text="local backend stopped", ok=False)
+        return {"FINISHED"}
+
+
+class PS_PT_restyle(bpy.types.Panel):
+    bl_idname = "PS_PT_restyle"
+    bl_label = "Restyle"
+    bl_space_type = "VIEW_3D"
+    bl_region_type = "UI"
+    bl_category = "Painted Skin"
+
+    def draw(self, context):
+        s = _settings(context)
+        col = self.layout.column()
+        col.label(text=_STATUS["text"], icon="LINKED" if _STATUS["ok"] else "UNLINKED")
+        for line in _STATUS.get("log_tail", "").splitlines():
+            col.label(text=line[:120])
+        p = preferences(context)
+        if bpy.app.binary_path and p is not None and not p.python:
+            col.label(text="Set Preferences > Add-ons > Painted Skin > Backend Python",
+                      icon="INFO")
+            col.label(text="to start a local backend (or Connect to a running one)")
+        row = col.row(align=True)
+        row.prop(s, "url", text="")
+        row.operator("painted_skin.backend_connect", text="", icon="FILE_REFRESH")
+        row = col.row(align=True)
+        if LOCAL.running():
+            row.operator("painted_skin.backend_stop", icon="CANCEL")
+        else:
+            row.operator("painted_skin.backend_start", icon="PLAY")
+        col.separator()
+        col.prop(s, "pipeline")
+        col.prop(s, "model")
+        col.prop(s, "prompt")
+        col.prop(s, "negative_prompt")
+        row = col.row(align=True)
+        row.prop(s, "seed")
+        row.prop(s, "steps")
+        row = col.row(align=True)
+        row.prop(s, "temporal")
+        row.prop(s, "cross_frame", text="")
+        col.prop(s, "extra_options")
+        row = col.row(align=True)
+        row.prop(s, "width")
+        row.prop(s, "height")
+        col.prop(s, "out_dir")
+        col.prop(s, "use_vse")
+        col.operator("painted_skin.restyle", icon="BRUSH_DATA")
+
+
+CLASSES = (PS_RestyleSettings, PS_OT_restyle, PS_OT_backend_connect,
+           PS_OT_backend_start, PS_OT_backend_stop, PS_PT_restyle)
+SCENE_SETTINGS = {"painted_skin_restyle": PS_RestyleSettings}
+
+
+def register() -> None:
+    register_classes(CLASSES, **SCENE_SETTINGS)
+
+
+def unregister() -> None:
+    stop_local_backend()
+    unregister_classes(CLASSES, *SCENE_SETTINGS)
