@@ -37,7 +37,7 @@ with a line saying why; so is the rest once ``--budget`` seconds are spent, or
 on SIGINT/SIGTERM (the table of what ran is still printed). Last line: one-line
 summary. ``--json PATH`` also writes the rows and versions. Exit status 1 only
 on a real error (an exception while timing an engine that could run).
-Target (issue 5): <= 50 ms/frame with TensorRT on an H200.
+Target: <= 50 ms/frame with TensorRT on an H200.
 ``bench/gpu_device.sh`` prepares and runs this on the lent H200.
 """
 
@@ -365,7 +365,7 @@ def _on_term(signum: int, frame: Any) -> None:
 # ------------------------------------------------------------------ main
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--smoke", action="store_true",
                    help="CPU, fp32, tiny widths, 64², 2 steps, 1 frame: the same code path in "
@@ -391,15 +391,151 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=float, default=540.0,
                    help="seconds after which the engines not yet started are skipped")
     p.add_argument("--json", default=None, help="also write the results here")
-    args = p.parse_args(argv)
+    return p
+
+
+@dataclass
+class _Run:
+    """What every engine of one run shares, and what one engine tells the next."""
+
+    args: Any
+    comps: Any
+    dev: str
+    dtype: Any
+    size: int
+    steps: int
+    frames: int
+    warmup: int
+    shot: list[dict]
+    have: list[str]
+    t_start: float
+    cudagraph_failed: bool = False
+    stopped: str = ""
+
+
+def _providers_offered(ort: Any) -> list[str]:
+    """onnxruntime's providers, less a TensorRT EP whose libraries do not load."""
+    from ..backend.diffusion.onnx.tensorrt import tensorrt_version
+
+    have = ort.get_available_providers()
+    if PROVIDER["ort-trt"] in have and tensorrt_version() is None:
+        # listed because compiled in, but a session would silently run on the CUDA EP
+        have = [p for p in have if p != PROVIDER["ort-trt"]]
+        print("onnxruntime lists TensorRT but libnvinfer does not load: ort-trt is skipped")
+    return have
+
+
+def _skip_reason(name: str, run: _Run, ort: Any) -> str | None:
+    """Why engine ``name`` is not run (printed where the run skips it), or None."""
+    if run.stopped:
+        return run.stopped
+    if name in PROVIDER and PROVIDER[name] not in run.have:
+        why = (f"onnxruntime {ort.__version__} offers no {PROVIDER[name]} (it needs "
+               f"onnxruntime-gpu{' with the TensorRT libraries' if name == 'ort-trt' else ''})")
+        print(f"skip {name}: {why}")
+        return why
+    if time.perf_counter() - run.t_start > run.args.budget:
+        why = f"the {run.args.budget:.0f} s budget is spent"
+        print(f"skip {name}: {why}")
+        return why
+    return None
+
+
+def _timed_row(name: str, run: _Run, t0: float) -> Row:
+    """Engine ``name`` set up, warmed up and timed: its row with its notes."""
+    import torch
+
+    comps, dev, dtype, size, steps = run.comps, run.dev, run.dtype, run.size, run.steps
+    pipe, runner, notes = _engine(name, comps, dev, dtype, run.args, size, run.cudagraph_failed)
+    ms, image, finite = _time(pipe, run.shot, size, steps, run.frames, run.warmup, dev)
+    row = Row(name, ms=ms, image=image)
+    if runner is not None and runner.capture_s:
+        notes.append(f"first step {runner.capture_s:.0f} s (warm-up"
+                     + (", compile" if name == "torch-compile" else "") + ", capture)")
+    if name == "torch" or runner is not None:
+        nets = list(comps.controlnets.values())
+        parts = _parts(comps, runner or StepRunner(comps.unet, nets), dev, dtype, size,
+                       whole=name == "torch")
+        row.extra["parts_ms"] = parts
+        notes.append(f"step {parts['step']:.1f} ms")
+        if name == "torch":
+            known = steps * parts["step"] + parts["text"] + parts["vae"]
+            print(f"torch: one frame's parts: text encoder {parts['text']:.1f} ms, "
+                  f"{steps} x step (3 ControlNets + UNet) {parts['step']:.1f} ms, "
+                  f"VAE decode {parts['vae']:.1f} ms = {known:.1f} of {ms:.1f} ms "
+                  f"(the rest: scheduler, control images, pre/post-processing)")
+    if not finite:
+        notes.append("NaN/inf in the latents!")
+    if dev == "cuda":
+        notes.append(f"peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
+    row.notes = ", ".join(notes)
+    print(f"{name}: {ms:.1f} ms/frame (setup + warm-up + timing "
+          f"{time.perf_counter() - t0:.0f} s)")
+    return row
+
+
+def _run_engine(name: str, run: _Run) -> Row:
+    """One engine's row: timed, or skipped on an interrupt (``run.stopped`` then says
+    why the rest is skipped), or an error (reported; the run goes on)."""
+    import torch
+
+    t0 = time.perf_counter()
+    if run.dev == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    try:
+        if name == "onnx-export":
+            return _export_only(run.comps, run.dev, run.args, run.size)
+        return _timed_row(name, run, t0)
+    except (KeyboardInterrupt, _Stop) as e:
+        why = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        run.stopped = f"interrupted ({why}) during {name}"
+        print(f"{name}: {run.stopped}")
+        return Row(name, "skipped", notes=f"skipped: {run.stopped}")
+    except Exception as e:  # noqa: BLE001 - report, go on with the next engine
+        print(f"{name}: ERROR")
+        traceback.print_exc()
+        if name == "torch-cudagraph":
+            run.cudagraph_failed = True
+        return Row(name, "error", notes=f"ERROR {type(e).__name__}: {str(e)[:160]}")
+    finally:
+        if name == "torch-compile":
+            torch._dynamo.reset()
+        if name == "torch-cudagraph-cl":
+            _memory_format(run.comps, torch.contiguous_format)
+        if run.dev == "cuda":
+            torch.cuda.empty_cache()
+
+
+def _engine_names(args: Any) -> list[str]:
+    default = SMOKE_ENGINES if args.smoke else GPU_ENGINES
+    return [e.strip() for e in (args.engines or ",".join(default)).split(",") if e.strip()]
+
+
+def _print_setup(vers: dict[str, str], have: list[str]) -> None:
+    print(f"GPU: {vers.get('gpu', 'none (CPU smoke run)')} {vers.get('gpu_detail', '')}".rstrip())
+    print("versions: " + ", ".join(f"{k} {v}" for k, v in vers.items()
+                                   if k not in ("gpu", "gpu_detail")))
+    print(f"onnxruntime providers offered: {', '.join(have)}")
+
+
+def _write_json(path: str, run: _Run, vers: dict[str, str], summary: str,
+                rows: list[Row]) -> None:
+    with open(path, "w") as fh:
+        json.dump({"versions": vers, "providers": run.have, "size": run.size,
+                   "steps": run.steps, "frames": run.frames, "smoke": run.args.smoke,
+                   "summary": summary,
+                   "rows": [{k: v for k, v in r.__dict__.items() if k != "image"}
+                            for r in rows]}, fh, indent=1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     smoke = args.smoke
     size = args.size or (64 if smoke else 512)
     steps = args.steps or (2 if smoke else 4)
     frames = args.frames or (1 if smoke else 10)
     warmup = args.warmup if args.warmup is not None else (1 if smoke else 2)
-    names = [e.strip() for e in (args.engines or ",".join(SMOKE_ENGINES if smoke
-                                                          else GPU_ENGINES)).split(",")
-             if e.strip()]
+    names = _engine_names(args)
     unknown = [n for n in names if n not in ENGINES]
     if unknown:
         print(f"unknown engine(s) {', '.join(unknown)} (known: {', '.join(ENGINES)})")
@@ -420,7 +556,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..backend.diffusion import controlnet_pipeline  # noqa: F401
     from ..backend.diffusion import temporal as T
     from ..backend.diffusion.onnx import pipeline  # noqa: F401
-    from ..backend.diffusion.onnx.tensorrt import tensorrt_version
+    from ..backend.diffusion.onnx.tensorrt import tensorrt_version  # noqa: F401
     from .diffusion import sd15_components
 
     t_start = time.perf_counter()
@@ -431,15 +567,8 @@ def main(argv: list[str] | None = None) -> int:
         pass
     dev = "cpu" if smoke else "cuda"
     dtype = torch.float32 if smoke else torch.float16
-    have = ort.get_available_providers()
-    if PROVIDER["ort-trt"] in have and tensorrt_version() is None:
-        # listed because compiled in, but a session would silently run on the CUDA EP
-        have = [p for p in have if p != PROVIDER["ort-trt"]]
-        print("onnxruntime lists TensorRT but libnvinfer does not load: ort-trt is skipped")
-    print(f"GPU: {vers.get('gpu', 'none (CPU smoke run)')} {vers.get('gpu_detail', '')}".rstrip())
-    print("versions: " + ", ".join(f"{k} {v}" for k, v in vers.items()
-                                   if k not in ("gpu", "gpu_detail")))
-    print(f"onnxruntime providers offered: {', '.join(have)}")
+    have = _providers_offered(ort)
+    _print_setup(vers, have)
     if dev == "cuda":
         torch.backends.cudnn.benchmark = True
     model = args.model or ("tiny" if smoke else "sd15")
@@ -452,86 +581,17 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(comps.controlnets)} ControlNets {n_cn:.0f}M params ({str(dtype)[6:]}, random, "
           f"on {dev}) in {time.perf_counter() - t_start:.0f} s; {size}x{size}, LCM {steps} "
           f"steps, batch 1, {warmup} warm-up + {frames} timed frames per engine")
-    nets = list(comps.controlnets.values())
+    run = _Run(args, comps, dev, dtype, size, steps, frames, warmup, shot, have, t_start)
     rows: list[Row] = []
-    cudagraph_failed = False
-    stopped = ""
     for name in names:
-        if stopped:
-            rows.append(Row(name, "skipped", notes=f"skipped: {stopped}"))
-            continue
-        if name in PROVIDER and PROVIDER[name] not in have:
-            why = (f"onnxruntime {ort.__version__} offers no {PROVIDER[name]} (it needs "
-                   f"onnxruntime-gpu{' with the TensorRT libraries' if name == 'ort-trt' else ''})")
-            print(f"skip {name}: {why}")
-            rows.append(Row(name, "skipped", notes=f"skipped: {why}"))
-            continue
-        if time.perf_counter() - t_start > args.budget:
-            why = f"the {args.budget:.0f} s budget is spent"
-            print(f"skip {name}: {why}")
-            rows.append(Row(name, "skipped", notes=f"skipped: {why}"))
-            continue
-        t0 = time.perf_counter()
-        if dev == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-        runner: StepRunner | None = None
-        try:
-            if name == "onnx-export":
-                rows.append(_export_only(comps, dev, args, size))
-                continue
-            pipe, runner, notes = _engine(name, comps, dev, dtype, args, size, cudagraph_failed)
-            ms, image, finite = _time(pipe, shot, size, steps, frames, warmup, dev)
-            row = Row(name, ms=ms, image=image)
-            if runner is not None and runner.capture_s:
-                notes.append(f"first step {runner.capture_s:.0f} s (warm-up"
-                             + (", compile" if name == "torch-compile" else "") + ", capture)")
-            if name == "torch" or runner is not None:
-                parts = _parts(comps, runner or StepRunner(comps.unet, nets), dev, dtype, size,
-                               whole=name == "torch")
-                row.extra["parts_ms"] = parts
-                notes.append(f"step {parts['step']:.1f} ms")
-                if name == "torch":
-                    known = steps * parts["step"] + parts["text"] + parts["vae"]
-                    print(f"torch: one frame's parts: text encoder {parts['text']:.1f} ms, "
-                          f"{steps} x step (3 ControlNets + UNet) {parts['step']:.1f} ms, "
-                          f"VAE decode {parts['vae']:.1f} ms = {known:.1f} of {ms:.1f} ms "
-                          f"(the rest: scheduler, control images, pre/post-processing)")
-            if not finite:
-                notes.append("NaN/inf in the latents!")
-            if dev == "cuda":
-                notes.append(f"peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
-            row.notes = ", ".join(notes)
-            rows.append(row)
-            print(f"{name}: {ms:.1f} ms/frame (setup + warm-up + timing "
-                  f"{time.perf_counter() - t0:.0f} s)")
-        except (KeyboardInterrupt, _Stop) as e:
-            why = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-            stopped = f"interrupted ({why}) during {name}"
-            print(f"{name}: {stopped}")
-            rows.append(Row(name, "skipped", notes=f"skipped: {stopped}"))
-        except Exception as e:  # noqa: BLE001 - report, go on with the next engine
-            print(f"{name}: ERROR")
-            traceback.print_exc()
-            rows.append(Row(name, "error", notes=f"ERROR {type(e).__name__}: {str(e)[:160]}"))
-            if name == "torch-cudagraph":
-                cudagraph_failed = True
-        finally:
-            runner = pipe = None
-            if name == "torch-compile":
-                torch._dynamo.reset()
-            if name == "torch-cudagraph-cl":
-                _memory_format(comps, torch.contiguous_format)
-            if dev == "cuda":
-                torch.cuda.empty_cache()
+        why = _skip_reason(name, run, ort)
+        rows.append(Row(name, "skipped", notes=f"skipped: {why}") if why is not None
+                    else _run_engine(name, run))
     if old_term is not None:
         signal.signal(signal.SIGTERM, old_term)
     summary = _report(rows, vers, size, steps, model, time.perf_counter() - t_start)
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"versions": vers, "providers": have, "size": size, "steps": steps,
-                       "frames": frames, "smoke": smoke, "summary": summary,
-                       "rows": [{k: v for k, v in r.__dict__.items() if k != "image"}
-                                for r in rows]}, fh, indent=1)
+        _write_json(args.json, run, vers, summary, rows)
     return 1 if any(r.status == "error" for r in rows) else 0
 
 

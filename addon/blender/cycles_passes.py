@@ -303,40 +303,86 @@ def _add_aov_nodes(mat: bpy.types.Material) -> list:
     return nodes
 
 
+def _fill_empty_slots(ob: bpy.types.Object, tmp: list[bpy.types.Material],
+                      filled: list[tuple[bpy.types.Object, int | None]]) -> None:
+    """Give ``ob``'s empty material slots (or a slot-less mesh one slot) the temporary
+    material, created once into ``tmp``; each change is recorded in ``filled``."""
+    empty = [i for i, slot in enumerate(ob.material_slots) if slot.material is None]
+    if ob.material_slots and not empty:
+        return
+    if not tmp:
+        tmp.append(bpy.data.materials.new("painted_skin_aov_tmp"))
+    if not ob.material_slots:
+        ob.data.materials.append(tmp[0])
+        filled.append((ob, None))
+    for i in empty:
+        filled.append((ob, i))
+        ob.material_slots[i].material = tmp[0]
+
+
+def _prepare_meshes(objects: list[bpy.types.Object], tmp: list[bpy.types.Material],
+                    filled: list[tuple[bpy.types.Object, int | None]],
+                    props: list[bpy.types.Object]) -> dict[str, bpy.types.Material]:
+    """Fill the meshes' empty slots, flag those with a UV map; their materials by name."""
+    from .shot_geometry import render_uv_name
+
+    mats: dict[str, bpy.types.Material] = {}
+    for ob in objects:
+        _fill_empty_slots(ob, tmp, filled)
+        for slot in ob.material_slots:
+            if slot.material is not None:
+                mats[slot.material.name] = slot.material
+        if render_uv_name(ob.data) is not None and HAS_UV_PROP not in ob:
+            ob[HAS_UV_PROP] = 1.0
+            props.append(ob)
+    return mats
+
+
+def _undo_canonical(vl: bpy.types.ViewLayer, aovs: list[str],
+                    added_nodes: list[tuple[bpy.types.Material, list]],
+                    props: list[bpy.types.Object],
+                    filled: list[tuple[bpy.types.Object, int | None]],
+                    tmp: list[bpy.types.Material]) -> None:
+    """Remove what :func:`canonical_aovs` added, in reverse order of adding."""
+    for mat, nodes in added_nodes:
+        for n in nodes:
+            mat.node_tree.nodes.remove(n)
+    for ob in props:
+        if HAS_UV_PROP in ob:
+            del ob[HAS_UV_PROP]
+    for ob, i in reversed(filled):
+        if i is None:  # the mesh had no slot (pop would leave an empty one)
+            ob.data.materials.clear()
+        else:
+            ob.material_slots[i].material = None
+    for mat in tmp:
+        bpy.data.materials.remove(mat)
+    for name in aovs:
+        aov = vl.aovs.get(name)
+        if aov is not None:
+            vl.aovs.remove(aov)
+
+
 @contextmanager
 def canonical_aovs(scene: bpy.types.Scene, vl: bpy.types.ViewLayer) -> Iterator[None]:
     """For the duration: two colour AOVs on ``vl``, AOV-writing nodes in every material
     of the rendered meshes (a temporary material where a mesh has none), the
     ``rest_position`` flag on and a has-UV property on meshes with a UV map. All of it
     is removed on exit, so nothing is left in the user's file."""
-    from .shot_geometry import render_uv_name, rest_position_attribute
+    from .shot_geometry import rest_position_attribute
 
     objects = _rendered_meshes(scene)
-    aovs, added_nodes, props, filled = [], [], [], []
-    tmp_mat = None
+    aovs: list[str] = []
+    added_nodes: list[tuple[bpy.types.Material, list]] = []
+    props: list[bpy.types.Object] = []
+    filled: list[tuple[bpy.types.Object, int | None]] = []
+    tmp: list[bpy.types.Material] = []
     try:
         for name in (REST_AOV, UV_AOV):
             aov = vl.aovs.add()
             aov.name, aov.type = name, "COLOR"
             aovs.append(aov.name)
-        mats: dict[str, bpy.types.Material] = {}
-        for ob in objects:
-            empty = [i for i, slot in enumerate(ob.material_slots) if slot.material is None]
-            if not ob.material_slots or empty:
-                if tmp_mat is None:
-                    tmp_mat = bpy.data.materials.new("painted_skin_aov_tmp")
-                if not ob.material_slots:
-                    ob.data.materials.append(tmp_mat)
-                    filled.append((ob, None))
-                for i in empty:
-                    filled.append((ob, i))
-                    ob.material_slots[i].material = tmp_mat
-            for slot in ob.material_slots:
-                if slot.material is not None:
-                    mats[slot.material.name] = slot.material
-            if render_uv_name(ob.data) is not None and HAS_UV_PROP not in ob:
-                ob[HAS_UV_PROP] = 1.0
-                props.append(ob)
+        mats = _prepare_meshes(objects, tmp, filled, props)
         for mat in mats.values():
             if mat.node_tree is None:
                 raise RuntimeError(f"material {mat.name!r} has no node tree: the canonical "
@@ -345,23 +391,7 @@ def canonical_aovs(scene: bpy.types.Scene, vl: bpy.types.ViewLayer) -> Iterator[
         with rest_position_attribute(objects):
             yield
     finally:
-        for mat, nodes in added_nodes:
-            for n in nodes:
-                mat.node_tree.nodes.remove(n)
-        for ob in props:
-            if HAS_UV_PROP in ob:
-                del ob[HAS_UV_PROP]
-        for ob, i in reversed(filled):
-            if i is None:  # the mesh had no slot (pop would leave an empty one)
-                ob.data.materials.clear()
-            else:
-                ob.material_slots[i].material = None
-        if tmp_mat is not None:
-            bpy.data.materials.remove(tmp_mat)
-        for name in aovs:
-            aov = vl.aovs.get(name)
-            if aov is not None:
-                vl.aovs.remove(aov)
+        _undo_canonical(vl, aovs, added_nodes, props, filled, tmp)
 
 
 def render_cycles_frames(scene: bpy.types.Scene, frames: Iterable[int], width: int,

@@ -139,7 +139,8 @@ def _without_cond_embedding(net: Any) -> Any:
     return c
 
 
-def _modules():
+def _control_embed_module() -> type:
+    """The ``control_embed`` graph's module class (torch is imported only here)."""
     import torch
 
     class ControlEmbed(torch.nn.Module):
@@ -162,6 +163,13 @@ def _modules():
                 else:
                     outs.append(emb(cond))
             return tuple(outs)
+
+    return ControlEmbed
+
+
+def _unet_module() -> type:
+    """The ``unet_controlnets`` graph's module class."""
+    import torch
 
     class UNetControlNets(torch.nn.Module):
         """UNet + several ControlNets (taking their conditioning embeddings):
@@ -246,6 +254,14 @@ def _modules():
         def names_of(self, prefix: str) -> list[str]:
             return [n for n in self.names if n.startswith(prefix)]
 
+    return UNetControlNets
+
+
+def _encoder_modules() -> tuple[type, type, type, type]:
+    """The text encoder, VAE encoder and decoder and image encoder graphs' module
+    classes."""
+    import torch
+
     class TextEncoder(torch.nn.Module):
         """``last_hidden_state`` (SD 1.5); SDXL (``xl``): the first output (hidden
         states, or the projected pooled embedding of the second encoder) and the
@@ -286,8 +302,13 @@ def _modules():
         def forward(self, pixel_values: Any) -> Any:
             return self.enc(pixel_values).image_embeds
 
-    return (ControlEmbed, UNetControlNets, TextEncoder, VaeEncoder, VaeDecoder,
-            ImageEncoder)
+    return TextEncoder, VaeEncoder, VaeDecoder, ImageEncoder
+
+
+def _modules() -> tuple[type, ...]:
+    """The wrapper module classes of every exported graph, defined on first use so
+    that importing this module needs no torch."""
+    return (_control_embed_module(), _unet_module(), *_encoder_modules())
 
 
 # ------------------------------------------------------------------ hashing

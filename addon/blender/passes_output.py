@@ -1,0 +1,205 @@
+"""What a passes folder holds: the pass names, :class:`PassOptions`, each frame's
+files, and ``manifest.json`` (the shot-level settings a re-run must agree with)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import bpy
+import numpy as np
+
+from ..core import encodings
+from ..core.atomic import read_json, write_json_atomic
+from ..core.frame_ranges import describe
+from .shot_geometry import (
+    ShotError,
+    ShotGeometry,
+    light_at,
+    scene_lights,
+)
+
+PASSES = ("depth", "normal", "skeleton", "mask", "parts", "motion", "beauty",
+          "rest_position", "uv", "normal_world", "view_dir", "light_visibility")
+#: Passes for a per-character neural renderer: the fast engine makes them from the
+#: fragments (triangle + barycentrics) of the one rasterisation all passes share.
+CANONICAL_PASSES = ("rest_position", "uv", "normal_world", "view_dir", "light_visibility")
+DEFAULT_PASSES = ("depth", "normal", "skeleton", "mask", "parts", "motion")
+MIN_SIZE, MAX_SIZE = 16, 8192
+MANIFEST_VERSION = 1
+
+# Files each pass writes per frame: (sub-folder, extension).
+FILES = {
+    "depth": [("depth", "exr"), ("depth16", "png")],
+    "normal": [("normal", "exr"), ("normal_color", "png")],
+    "skeleton": [("skeleton", "png"), ("skeleton", "json"), ("skeleton_coco18", "json")],
+    "mask": [("mask", "png")],
+    "parts": [("parts", "png"), ("parts_color", "png")],
+    "motion": [("motion", "exr")],
+    "beauty": [("beauty", "png")],
+    "rest_position": [("rest_position", "exr"), ("rest_position16", "png")],
+    "uv": [("uv", "exr"), ("uv16", "png")],
+    "normal_world": [("normal_world", "exr")],
+    "view_dir": [("view_dir", "exr")],
+    "light_visibility": [("light_visibility", "exr")],
+}
+
+Progress = Callable[[int, int, int], None]  # (done, total, frame)
+
+
+@dataclass
+class PassOptions:
+    """What to make. ``frames``: non-empty and increasing (a range, or a farm's list
+    such as 3,5-10)."""
+
+    frames: Sequence[int]
+    width: int = 512
+    height: int = 512
+    engine: str = "fast"
+    passes: tuple[str, ...] = DEFAULT_PASSES
+    near: float | None = None  # shot depth range for depth16; None: measured over the scene
+    far: float | None = None
+
+    def validate(self) -> None:
+        fs = self.frames
+        if len(fs) == 0 or (fs.step <= 0 if isinstance(fs, range) else
+                            any(b <= a for a, b in zip(fs, fs[1:], strict=False))):
+            raise ShotError(f"frames {describe(fs) or 'given'} are empty or reversed: give "
+                            "FIRST-LAST with FIRST <= LAST, in increasing order")
+        for v, name in ((self.width, "width"), (self.height, "height")):
+            if not MIN_SIZE <= v <= MAX_SIZE:
+                raise ShotError(f"{name} {v} is outside {MIN_SIZE}..{MAX_SIZE} pixels")
+        if self.engine not in ("fast", "cycles"):
+            raise ShotError(f"engine {self.engine!r} is unknown: use fast or cycles")
+        if not self.passes:
+            raise ShotError(f"no passes named: choose from {', '.join(PASSES)}")
+        bad = [p for p in self.passes if p not in PASSES]
+        if bad:
+            raise ShotError(f"unknown pass(es) {', '.join(bad)}: choose from {', '.join(PASSES)}")
+        if "beauty" in self.passes and self.engine != "cycles":
+            raise ShotError("the beauty pass needs --engine cycles")
+
+
+def frame_paths(out: Path, passes: tuple[str, ...], f: int) -> list[Path]:
+    paths = [out / "camera" / f"{f:04d}.json"]
+    for p in passes:
+        paths += [out / sub / f"{f:04d}.{ext}" for sub, ext in FILES[p]]
+    return paths
+
+
+def frame_done(out: Path, passes: tuple[str, ...], f: int) -> bool:
+    return all(p.exists() for p in frame_paths(out, passes, f))
+
+
+def shot_depth_range(geo: ShotGeometry, frames: range) -> tuple[float, float]:
+    """Near/far over the whole scene range (not a farm chunk), padded 5%: every
+    chunk of a shot must quantise depth identically, or the 16-bit depth flickers."""
+    lo, hi = np.inf, -np.inf
+    for f in frames:
+        g = geo.frame(f)
+        _, d = g.camera.project_world(g.positions)
+        d = d[(d > g.camera.near) & (d < g.camera.far)]
+        if len(d):
+            lo, hi = min(lo, float(d.min())), max(hi, float(d.max()))
+    if not np.isfinite(lo):
+        raise ShotError("the character is never in front of the camera: check the camera")
+    pad = 0.05 * max(hi - lo, 1e-3)
+    return max(lo - pad, 1e-4), hi + pad
+
+
+def build_manifest(opts: PassOptions, near: float, far: float, geo: ShotGeometry) -> dict:
+    return {
+        "version": MANIFEST_VERSION,
+        "engine": opts.engine,
+        "width": opts.width,
+        "height": opts.height,
+        "passes": list(opts.passes),
+        "near": near,
+        "far": far,
+        "files": {p: [f"{sub}/####.{ext}" for sub, ext in FILES[p]] for p in opts.passes},
+        "parts": list(encodings.PARTS),
+        "conventions": encodings.CONVENTIONS,
+        "armature": geo.armature.name if geo.armature else None,
+        "bone_map": geo.bone_map,
+        "lights": _shot_lights(geo),
+        **({"rest_box": rest_box(geo)} if "rest_position" in opts.passes else {}),
+        "shot": shot_identity(geo),
+        "versions": {"blender": bpy.app.version_string, "numpy": np.__version__,
+                     "painted_skin": _package_version()},
+    }
+
+
+def _shot_lights(geo: ShotGeometry) -> list[dict]:
+    """The lights light_visibility's channels follow, at the scene's first frame (the
+    same for every farm chunk of the shot)."""
+    scene = geo.scene
+    now = scene.frame_current
+    scene.frame_set(scene.frame_start)
+    try:
+        return [light_at(o).to_dict() for o in scene_lights(scene)]
+    finally:
+        scene.frame_set(now)
+
+
+def rest_box(geo: ShotGeometry) -> tuple[list, list]:
+    """The shot-fixed box of every rest position: the rest_position16 preview's range."""
+    r = geo.surface_attributes().rest_positions
+    return [float(x) for x in r.min(axis=0)], [float(x) for x in r.max(axis=0)]
+
+
+def shot_identity(geo: ShotGeometry) -> dict:
+    """What tells this shot from another rendered into the same folder: scene,
+    camera, armature and its action, the meshes with their sizes, the frame range.
+    Only names and counts, so every farm worker opening the .blend agrees."""
+    scene, arm = geo.scene, geo.armature
+    action = arm.animation_data.action if arm and arm.animation_data else None
+    return {
+        "scene": scene.name,
+        # Markers may switch the scene camera per frame (scene.camera then depends on
+        # the last frame_set): the shot's cameras are the marker-bound ones, if any.
+        "camera": sorted({m.camera.name for m in scene.timeline_markers if m.camera})
+        or (scene.camera.name if scene.camera else None),
+        "armature": arm.name if arm else None,
+        "action": action.name if action else None,
+        "meshes": {ob.name: [int(c) for c in n]  # vertices, faces, corners
+                   for ob, n in zip(geo.objects, geo.counts, strict=True)},
+        "frame_range": [scene.frame_start, scene.frame_end],
+    }
+
+
+def _package_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("painted-skin")
+    except Exception:  # inside Blender the extension is not a pip distribution
+        return "extension"
+
+
+def check_manifest(out: Path, manifest: dict) -> None:
+    """Refuse to mix outputs made with other settings in one folder."""
+    path = out / "manifest.json"
+    if not path.exists():
+        write_json_atomic(path, manifest)
+        return
+    old = read_json(path, "passes manifest")
+    shot, new_shot = old.get("shot"), manifest["shot"]
+    if shot is not None and shot != new_shot:
+        diff = [k for k in new_shot if shot.get(k) != new_shot[k]]
+        raise ShotError(f"{out} holds the passes of another shot ({', '.join(diff)} differ: "
+                        f"{', '.join(f'{k} {shot.get(k)!r}' for k in diff[:2])}): render "
+                        "into another --out folder, or delete it to start over")
+    for key in ("width", "height", "engine", "near", "far"):
+        if old.get(key) != manifest[key] and not (
+                isinstance(old.get(key), float) and np.isclose(old[key], manifest[key])):
+            raise ShotError(f"{out} holds passes made with {key}={old.get(key)} (now "
+                            f"{manifest[key]}): use another --out folder or delete it")
+    passes = sorted(set(old.get("passes", [])) | set(manifest["passes"]))
+    if passes != sorted(old.get("passes", [])) or shot is None:
+        old["passes"], old["shot"] = passes, new_shot  # a manifest from before "shot": adopt
+        old["files"] = {**old.get("files", {}), **manifest["files"]}
+        for key in ("lights", "rest_box"):  # what passes added to an older folder need
+            if key in manifest and key not in old:
+                old[key] = manifest[key]
+        write_json_atomic(path, old)

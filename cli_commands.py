@@ -1,0 +1,379 @@
+"""The commands of ``painted-skin`` that work on shots in Blender: ``retarget``,
+``demo``, ``train-skin``, ``passes`` and ``restyle``, with the argument checks they
+share. :mod:`.cli` builds the parser and runs them; importing this module imports no
+bpy (each command imports what it runs), so ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .addon.core.atomic import check_writable, write_json_atomic
+from .addon.core.paths import check_distinct, removed_if_left_empty
+
+EXIT_BAD_INPUT = 2
+
+
+class BadInput(Exception):
+    """Raised for user errors; printed without a traceback, exit 2."""
+
+
+def _retarget_options(args: argparse.Namespace):
+    from .addon.core.retarget import RetargetOptions
+
+    return RetargetOptions(in_place=args.in_place, foot_lock=not args.no_foot_lock,
+                           ground=args.ground, keep_posture=args.keep_posture)
+
+
+def cmd_retarget(args: argparse.Namespace) -> int:
+    from .addon.blender import session
+    from .addon.blender.blend_files import save_blend_atomic
+
+    source = Path(args.source)
+    if source.is_dir():
+        from .addon.blender.importers import CLIP_TYPES
+
+        clips = sorted(p for p in source.iterdir() if p.suffix.lower() in CLIP_TYPES)
+        if not clips:
+            raise BadInput(f"folder {str(source)!r} has no clips ({', '.join(sorted(CLIP_TYPES))})")
+    elif source.exists():
+        clips = [source]
+    else:
+        raise BadInput(f"--source {str(source)!r} does not exist: give a clip file or a folder")
+    inputs = {"--source": source, "--target": args.target,
+              **{f"--source clip {c.name}": c for c in clips if c != source}}
+    for opt, value in (("--map", args.map), ("--target-map", args.target_map)):
+        if Path(value).is_file():
+            inputs[opt] = value
+    check_distinct({"--out": args.out, "--report": args.report}, inputs)
+    if args.out:  # outputs checked before the work, not after it
+        if Path(args.out).suffix.lower() != ".blend":
+            raise BadInput(f"--out {args.out!r} must name a .blend file, e.g. shot.blend")
+        check_writable(args.out, "--out file", folder=False)
+    if args.report:
+        check_writable(args.report, "--report file", folder=False)
+    failures: list[tuple[Path, str]] | None = [] if args.keep_going else None
+    result = session.retarget_files(clips, Path(args.target), args.map, args.target_map,
+                                    _retarget_options(args), progress=_progress_bar(len(clips)),
+                                    clip_action=args.clip_action, failures=failures)
+    for clip, why in failures or ():
+        print(f"painted-skin: error: {clip.name}: {why}", file=sys.stderr)
+    if not result:
+        raise BadInput(f"none of the {len(clips)} clip(s) could be retargeted")
+    out = Path(args.out) if args.out else None
+    if out:
+        save_blend_atomic(out)
+    reports = [r.to_dict() for r in result]
+    if args.report:
+        write_json_atomic(Path(args.report), reports[0] if len(reports) == 1 else reports)
+    for r in reports:
+        for w in r["warnings"]:
+            print(f"warning: {w}", file=sys.stderr)
+        skate = r["foot_skate_cm_before"], r["foot_skate_cm_after"]
+        print(f"{r['action']}: {r['frames']} frames @ {r['fps']:g} fps, "
+              f"{len(r['pairs'])} joints mapped, foot skate {_fmt(skate[0])} -> {_fmt(skate[1])} "
+              f"cm/frame")
+    if out:
+        print(f"Saved: '{out}'")
+    if failures:
+        print(f"painted-skin: {len(failures)} of {len(clips)} clips failed (above); the "
+              f"others were retargeted", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return 0
+
+
+def _fmt(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.2f}"
+
+
+def _progress_bar(total: int):
+    """A tqdm bar over clips when tqdm is there and stderr is a terminal."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    bar = tqdm(total=total, unit="clip", disable=not sys.stderr.isatty())
+
+    def update(done: int, name: str) -> None:
+        bar.set_description(name)
+        bar.n = done
+        bar.refresh()
+
+    return update
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    import bpy
+
+    from .addon.blender import session
+    from .addon.blender.passes import PassOptions, make_passes
+    from .addon.core.raster import tune_allocator
+
+    out = Path(args.out)
+    tune_allocator()
+    if not args.no_paint:
+        if not (_have(".backend.skin.registry") and _have(".backend.evaluate.score")):
+            raise BadInput("the demo paints with the skin model, whose backend code this "
+                           "install lacks (the Blender extension ships none): run it from a "
+                           "checkout or pip install painted-skin, or pass --no-paint")
+        from .demo import run_demo
+
+        m = run_demo(out, frames=args.frames, fps=args.fps, kind=args.kind, model=args.model,
+                     bar=lambda _what, total: _frame_bar(total))
+        sc = m["score"]
+        print(f"demo: {m['frames']} frames of {m['motion']!r} (held out from training: "
+              f"{m['held_out_motion']}) painted by the skin model at {m['size']}² in "
+              f"{m['timings']['paint_ms_per_frame']:.0f} ms/frame (Cycles: "
+              f"{m['timings']['cycles_ms_per_frame']:.0f} ms/frame)")
+        print(f"demo: against Cycles: masked PSNR {sc['psnr']:.2f} dB, SSIM {sc['ssim']:.3f}, "
+              f"FLIP {sc['flip']:.3f}, warp_ratio {sc['warp_ratio']:.2f}")
+        for name, path in m["outputs"].items():
+            print(f"  {name}: {path}")
+        print(f"  metrics: {out / 'metrics.json'}")
+        return 0
+    report = session.build_demo_shot(out, frames=args.frames, fps=args.fps, kind=args.kind)
+    write_json_atomic(out / "report.json", report.to_dict())
+    print(f"demo: {report.frames} frames of {args.kind!r} retargeted onto the demo character; "
+          f"foot skate {_fmt(report.foot_skate_cm_before)} -> "
+          f"{_fmt(report.foot_skate_cm_after)} cm/frame")
+    print(f"Saved: '{out / 'shot.blend'}'")
+    print(f"Report: '{out / 'report.json'}'")
+    scene = bpy.context.scene
+    frames = range(scene.frame_start, scene.frame_end + 1)
+    summary = make_passes(scene, PassOptions(frames=frames, width=512, height=512),
+                          out / "passes", progress=_frame_bar(len(frames)))
+    print(f"Passes: {summary['done']} frames in '{out / 'passes'}'")
+    return 0
+
+
+def cmd_train_skin(args: argparse.Namespace) -> int:
+    from .addon.blender.train_skin import DEFAULT_CACHE, TrainRequest, train_skin
+
+    check_distinct({"--out": args.out, "--cache": args.cache or DEFAULT_CACHE},
+                   {"--character": None if args.character == "demo" else args.character,
+                    "--python": args.python})
+
+    def bar(what: str, total: int):
+        progress = _frame_bar(total)
+        return None if progress is None else lambda done, _t: progress(done, total, done)
+
+    req = TrainRequest(character=args.character, out=Path(args.out), minutes=args.minutes,
+                       size=args.size, device=args.device, resume=args.resume,
+                       python=args.python, cache=Path(args.cache) if args.cache
+                       else DEFAULT_CACHE, frames_per_clip=args.frames_per_clip,
+                       samples=args.samples, steps=args.steps, temporal=args.temporal)
+    return train_skin(req, progress=bar)
+
+
+MIN_SIZE, MAX_SIZE = 16, 8192  # as the passes allow (addon/blender/passes_output.py)
+
+
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= 40 else text[:37] + "...")
+
+
+def _parse_size(text: str) -> tuple[int, int]:
+    """``--size WIDTHxHEIGHT`` (or one number for a square), each 16..8192."""
+    w, _, h = text.lower().partition("x")
+    w, h = w.strip(), (h or w).strip()
+    if not (w.isascii() and w.isdigit() and h.isascii() and h.isdigit()):
+        raise BadInput(f"--size {_shown(text)}: use WIDTHxHEIGHT, e.g. 512x512")
+    if len(w) > 5 or len(h) > 5 or not all(MIN_SIZE <= int(v) <= MAX_SIZE for v in (w, h)):
+        raise BadInput(f"--size {_shown(text)}: width and height must lie within "
+                       f"{MIN_SIZE}..{MAX_SIZE} pixels")
+    return int(w), int(h)
+
+
+def _parse_passes(text: str) -> tuple[str, ...]:
+    passes = tuple(p.strip() for p in text.split(",") if p.strip())
+    if not passes:
+        raise BadInput(f"--passes {_shown(text)} names no pass: give a comma list, e.g. "
+                       "depth,normal,skeleton")
+    return passes
+
+
+def cmd_passes(args: argparse.Namespace) -> int:
+
+    from .addon.blender.passes import PassOptions, make_passes
+    from .addon.core.raster import tune_allocator
+
+    tune_allocator()  # a render process of our own: keep freed memory (see raster.py)
+
+    _check_shot(args)
+    width, height = _parse_size(args.size)
+    passes = _parse_passes(args.passes)
+    check_distinct({"--out": args.out}, {"shot": args.shot})
+    with removed_if_left_empty(args.out):  # a failed run leaves no empty folder behind
+        check_writable(args.out, "--out folder")
+        scene, frames = _open_shot(args)
+        opts = PassOptions(frames=frames, width=width, height=height, engine=args.engine,
+                           passes=passes)
+        bar = _frame_bar(len(frames))
+        out = Path(args.out)
+        shown = next((sub for p, sub in (("normal", "normal_color"), ("depth", "depth16"),
+                                         ("mask", "mask"), ("skeleton", "skeleton"),
+                                         ("parts", "parts_color")) if p in passes), None)
+
+        progress = _saved_lines(bar, lambda f: out / shown / f"{f:04d}.png" if shown else None)
+        summary = make_passes(scene, opts, out, progress=progress)
+    for w in summary["warnings"]:
+        print(f"warning: {w}", file=sys.stderr)
+    print(f"passes: {summary['done']}/{summary['frames']} frames done ({summary['written']} "
+          f"written now) in {summary['out']} "
+          f"(near {summary['near']:.3f} m, far {summary['far']:.3f} m)")
+    return 0
+
+
+def _check_shot(args: argparse.Namespace) -> None:
+    """``shot`` must be a .blend file (checked before any other work)."""
+    shot = Path(args.shot)
+    if not shot.is_file() or shot.suffix.lower() != ".blend":
+        verb = {"passes": "render"}.get(args.command, args.command)
+        raise BadInput(f"{str(shot)!r} is not a .blend file: give the shot to {verb}")
+
+
+def _open_shot(args: argparse.Namespace):
+    """Open ``args.shot`` with ``--camera``; the scene and ``--frames`` (see
+    :func:`~.addon.blender.blend_files.open_shot_frames`)."""
+    from .addon.blender.blend_files import open_shot_frames
+
+    # the farm entry: Blender opened the shot itself (``blender -b shot.blend -P ...``)
+    return open_shot_frames(args.shot, args.frames, args.camera,
+                            opened=getattr(args, "shot_open", False))
+
+
+def _parse_options(text: str | None) -> dict:
+    """``--options``: a JSON object, or a .json / .toml file holding one."""
+    import json
+
+    if not text:
+        return {}
+    path = Path(text)
+    try:
+        if path.suffix.lower() in (".json", ".toml") and path.is_file():
+            if path.suffix.lower() == ".toml":
+                import tomllib
+
+                data = tomllib.loads(path.read_text())
+            else:
+                data = json.loads(path.read_text())
+        else:
+            data = json.loads(text)
+    except (OSError, ValueError, RecursionError) as e:
+        why = "nested too deeply" if isinstance(e, RecursionError) else str(e)[:120]
+        raise BadInput(f"--options {_shown(text)}: {why} (give a JSON object, e.g. "
+                       "'{\"steps\": 4}', or a .json/.toml file)") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"--options {_shown(text)} is not a JSON object / TOML table")
+    return data
+
+
+def cmd_restyle(args: argparse.Namespace) -> int:
+    import signal
+
+    from .addon.blender.client import BackendError, BackendUnavailable, check_url
+    from .addon.blender.image_io import read_image
+    from .addon.blender.restyle import (
+        restyle_shot,
+        result_path,
+        start_local_backend,
+        stop_local_backend,
+    )
+
+    check_url(args.url, args.keys)  # before anything is written into --out
+    _check_shot(args)
+    width, height = _parse_size(args.size)
+    options = _parse_options(args.options)
+    refs = []
+    for ref in args.ref or ():
+        try:
+            img = read_image(ref)
+        except OSError as e:
+            raise BadInput(f"--ref {ref!r}: {e}") from None
+        refs.append(img[..., :3] if img.ndim == 3 else img[..., None].repeat(3, -1))
+    inputs = {"shot": args.shot, "--options": args.options if args.options and
+              Path(args.options).is_file() else None, "--keys": args.keys,
+              **{f"--ref {r}": r for r in args.ref or ()}}
+    check_distinct({"--out": args.out}, inputs)
+    with removed_if_left_empty(args.out):  # a failed start leaves no empty folder behind
+        check_writable(args.out, "--out folder")
+        scene, frames = _open_shot(args)
+    stop = {"asked": False}
+
+    def on_int(*_: object) -> None:  # Ctrl-C / a farm's stop: finish cleanly, keep frames
+        stop["asked"] = True
+
+    old = signal.signal(signal.SIGINT, on_int)
+    bar = _frame_bar(len(frames))
+    out = Path(args.out)
+
+    progress = _saved_lines(bar, lambda f: result_path(out, f))
+
+    try:
+        if args.start_backend:
+            start_local_backend(args.start_backend, args.url, timeout_s=120.0)
+        summary = restyle_shot(scene, out, args.url, frames=frames, size=(width, height),
+                               pipeline=args.pipeline, prompt=args.prompt, seed=args.seed,
+                               negative_prompt=args.negative_prompt, options=options,
+                               refs=refs, keys=args.keys, timeout_s=args.timeout,
+                               progress=progress, cancelled=lambda: stop["asked"],
+                               chain_start=scene.frame_start)  # farm chunks agree on it
+    except BackendUnavailable as e:
+        print(f"painted-skin: error: {e} (start one: painted-skin serve --bind {args.url}; "
+              "or pass --start-backend PYTHON)", file=sys.stderr)
+        return 1
+    except BackendError as e:
+        print(f"painted-skin: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT if e.code == "bad_message" else 1
+    finally:
+        signal.signal(signal.SIGINT, old)
+        if args.start_backend:
+            stop_local_backend()
+    done = summary["skipped"] + summary["written"]
+    print(f"restyle: {done}/{summary['frames']} frames done ({summary['written']} written "
+          f"now, {summary['dropped']} dropped) in {summary['out']}")
+    return 130 if stop["asked"] else 0
+
+
+def _saved_lines(bar, image_of):
+    """A progress callback: the bar, and a ``Saved: '<image>'`` line for each frame
+    written now (what Flamenco/Deadline show per frame; not for the frames skipped,
+    which the first call reports)."""
+    last: dict[str, int | None] = {"done": None}
+
+    def progress(done: int, total: int, frame: int) -> None:
+        if bar:
+            bar(done, total, frame)
+        written, last["done"] = last["done"] is not None and done > last["done"], done
+        image = image_of(frame)
+        if written and image is not None and image.exists():
+            print(f"Saved: '{image}'", flush=True)
+
+    return progress
+
+
+def _frame_bar(total: int):
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    bar = tqdm(total=total, unit="frame", disable=not sys.stderr.isatty())
+
+    def update(done: int, _total: int, frame: int) -> None:
+        bar.n = done
+        bar.set_description(f"frame {frame}")
+        bar.refresh()
+
+    return update
+
+
+def _have(module: str) -> bool:
+    """Whether the package holds ``module`` (relative to it)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module, __package__) is not None
+    except ModuleNotFoundError:
+        return False
