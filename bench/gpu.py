@@ -38,7 +38,8 @@ on SIGINT/SIGTERM (the table of what ran is still printed). Last line: one-line
 summary. ``--json PATH`` also writes the rows and versions. Exit status 1 only
 on a real error (an exception while timing an engine that could run).
 Target: <= 50 ms/frame with TensorRT on an H200.
-``bench/gpu_device.sh`` prepares and runs this on the lent H200.
+``bench/gpu_device.sh`` prepares and runs this on the lent H200. The step engines
+are in :mod:`.gpu_steps`, the timing in :mod:`.gpu_timing`.
 """
 
 from __future__ import annotations
@@ -53,7 +54,9 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
+from .gpu_steps import StepRunner, attach_step
+from .gpu_timing import PROMPT as PROMPT
+from .gpu_timing import image_diff, providers_note, step_parts, time_frames
 
 ENGINES = ("torch", "torch-cudagraph", "torch-cudagraph-cl", "torch-compile", "ort-cuda",
            "ort-trt", "ort-cpu", "onnx-export")
@@ -67,7 +70,6 @@ SD15_WIDTHS = dict(block_out_channels=(320, 640, 1280, 1280), vae_channels=(128,
 SMOKE_WIDTHS = dict(block_out_channels=(32, 32, 64, 64), vae_channels=(32, 32, 32, 32),
                     text_layers=1)
 TARGET_MS = 50.0
-PROMPT = "a painted knight"
 
 
 @dataclass
@@ -80,246 +82,6 @@ class Row:
     notes: str = ""
     image: Any = None  # first timed frame (uint8), compared with torch's
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-# ------------------------------------------------------------------ the step engines
-
-
-class StepRunner:
-    """One denoising step: the ControlNets then the UNet, summed in the order of
-    diffusers' ``MultiControlNetModel`` (so the image equals the ``torch``
-    engine's), each net's conditioning scale a 0-d tensor (no Python float
-    baked into a graph). ``graph``: on CUDA, the step is captured as one CUDA
-    graph the first time a set of input shapes comes (after ``warmup`` eager
-    runs on a side stream: cuDNN's search, compilation), then replayed on
-    static input buffers; elsewhere (the CPU smoke run) it runs eagerly.
-    SD 1.5 as built here: no ``timestep_cond``, added conditions or IP-Adapter."""
-
-    def __init__(self, unet: Any, nets: list[Any], graph: bool = False, warmup: int = 2,
-                 mark_step: bool = False) -> None:
-        self.unet, self.nets = unet, list(nets)
-        self.graph, self.warmup, self.mark_step = graph, warmup, mark_step
-        self.pending: tuple[list[Any], list[float]] = ([], [])
-        self.captured: dict[tuple, tuple[Any, list[Any], Any]] = {}
-        self.capture_s = 0.0
-
-    def eager(self, sample: Any, t: Any, ehs: Any, conds: list[Any], scales: Any) -> Any:
-        down = mid = None
-        for i, net in enumerate(self.nets):
-            d, m = net(sample, t, encoder_hidden_states=ehs, controlnet_cond=conds[i],
-                       conditioning_scale=scales[i], return_dict=False)
-            if down is None:
-                down, mid = list(d), m
-            else:
-                down = [a + b for a, b in zip(down, d, strict=True)]
-                mid = mid + m
-        return self.unet(sample, t, encoder_hidden_states=ehs,
-                         down_block_additional_residuals=down,
-                         mid_block_additional_residual=mid, return_dict=False)[0]
-
-    def __call__(self, sample: Any, t: Any, ehs: Any, conds: list[Any],
-                 scales: list[float] | Any) -> Any:
-        import torch
-
-        dev = sample.device
-        sc = torch.as_tensor([float(s) for s in scales], dtype=sample.dtype).to(dev)
-        tt = torch.as_tensor(t).to(dev)
-        if not (self.graph and dev.type == "cuda"):
-            if self.mark_step:  # inductor's own CUDA graphs: a new step (as diffusers does)
-                torch.compiler.cudagraph_mark_step_begin()
-            return self.eager(sample, tt, ehs, list(conds), sc)
-        args = [sample, tt, ehs, *conds, sc]
-        key = tuple((tuple(a.shape), a.dtype) for a in args)
-        if key not in self.captured:
-            self.captured[key] = self._capture(args)
-        graph, static, out = self.captured[key]
-        for s, a in zip(static, args, strict=True):
-            s.copy_(a)
-        graph.replay()
-        return out.clone()  # the next replay overwrites ``out``
-
-    def _capture(self, args: list[Any]) -> tuple[Any, list[Any], Any]:
-        import torch
-
-        t0 = time.perf_counter()
-        static = [a.clone() for a in args]
-        n = len(self.nets)
-
-        def step() -> Any:
-            return self.eager(static[0], static[1], static[2], static[3:3 + n], static[3 + n])
-
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(self.warmup):
-                step()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = step()
-        torch.cuda.synchronize()
-        self.capture_s += time.perf_counter() - t0
-        return graph, static, out
-
-
-def attach_step(pipe: Any, runner: StepRunner) -> Any:
-    """Put ``runner`` into ``pipe`` (a ``RestylePipeline``): its diffusers
-    pipelines' ControlNet becomes a weightless shim that records the control
-    images and scales of the step, their UNet a shim that runs ``runner`` (the
-    pattern of the onnx engine's shims). Returns ``pipe``."""
-    import torch
-    from diffusers.models.controlnets.multicontrolnet import MultiControlNetModel
-
-    dev, dtype = torch.device(pipe.device), pipe.dtype
-
-    class NetStub(torch.nn.Module):
-        def __init__(self, config: Any) -> None:
-            super().__init__()
-            self.config = config
-
-    class ControlNetShim(MultiControlNetModel):
-        def __init__(self, original: Any) -> None:
-            super().__init__([NetStub(n.config) for n in original.nets])
-
-        @property
-        def dtype(self) -> Any:
-            return dtype
-
-        @property
-        def device(self) -> Any:
-            return dev
-
-        def forward(self, sample: Any, timestep: Any, encoder_hidden_states: Any,
-                    controlnet_cond: list[Any], conditioning_scale: list[float],
-                    *args: Any, **kw: Any) -> tuple[None, None]:
-            runner.pending = (controlnet_cond, conditioning_scale)
-            return None, None
-
-    class UNetShim(torch.nn.Module):
-        def __init__(self, original: Any) -> None:
-            super().__init__()
-            self.config = original.config
-
-        @property
-        def dtype(self) -> Any:
-            return dtype
-
-        @property
-        def device(self) -> Any:
-            return dev
-
-        def forward(self, sample: Any, timestep: Any, encoder_hidden_states: Any = None,
-                    *args: Any, **kw: Any) -> tuple[Any]:
-            if kw.get("timestep_cond") is not None or kw.get("added_cond_kwargs"):
-                raise NotImplementedError("the step runner takes plain SD 1.5 UNets only")
-            conds, scales = runner.pending
-            return (runner(sample, timestep, encoder_hidden_states, conds, scales),)
-
-    p = pipe.txt2img
-    shims = {"unet": UNetShim(p.unet), "controlnet": ControlNetShim(p.controlnet)}
-    for dp in (pipe.txt2img, pipe.img2img):
-        dp.__dict__.update(shims)  # plain attributes: the pipeline config stays as is
-    return pipe
-
-
-# ------------------------------------------------------------------ timing
-
-
-def _sync(dev: str) -> None:
-    if dev.startswith("cuda"):
-        import torch
-
-        torch.cuda.synchronize()
-
-
-def _time(pipe: Any, shot: list[dict], size: int, steps: int, frames: int, warmup: int,
-          dev: str) -> tuple[float, Any, bool]:
-    """(median ms/frame, the first timed frame's image, its final latents all finite)."""
-    import torch
-
-    opts = {"scheduler": "lcm", "steps": steps}
-    for f in range(warmup):  # TensorRT build, CUDA graph capture, compilation, cuDNN search
-        pipe.run(shot[0], prompt=PROMPT, seed=f, width=size, height=size, options=opts)
-    times, first, finite = [], None, True
-    for f in range(frames):
-        state: dict[str, Any] = {}
-        _sync(dev)
-        t0 = time.perf_counter()
-        res = pipe.run(shot[f % len(shot)], prompt=PROMPT, seed=f, width=size, height=size,
-                       options=opts, state=state)
-        _sync(dev)
-        times.append((time.perf_counter() - t0) * 1000.0)
-        lat = state.get("latents")
-        if f == 0:
-            first = res.image
-            finite = lat is None or bool(torch.isfinite(lat).all())
-    return float(np.median(times)), first, finite
-
-
-def _bench(fn: Any, dev: str, reps: int = 10) -> float:
-    """Median ms of ``fn()`` (two untimed calls first)."""
-    for _ in range(2):
-        fn()
-    ts = []
-    for _ in range(reps):
-        _sync(dev)
-        t0 = time.perf_counter()
-        fn()
-        _sync(dev)
-        ts.append((time.perf_counter() - t0) * 1000.0)
-    return float(np.median(ts))
-
-
-def _step_inputs(comps: Any, dev: str, dtype: Any, size: int) -> tuple[list[Any], Any]:
-    """Random inputs of one step (sample, t, hidden states, control images, scales)
-    and the token ids of the prompt."""
-    import torch
-
-    tok = comps.tokenizer(PROMPT, padding="max_length", truncation=True,
-                          max_length=comps.tokenizer.model_max_length,
-                          return_tensors="pt").input_ids.to(dev)
-    f = 2 ** (len(comps.vae.config.block_out_channels) - 1)
-    g = torch.Generator().manual_seed(0)
-    lat = torch.randn(1, comps.unet.config.in_channels, size // f, size // f,
-                      generator=g).to(dev, dtype)
-    ehs = comps.text_encoder(tok)[0]
-    conds = [torch.rand(1, 3, size, size, generator=g).to(dev, dtype)
-             for _ in comps.controlnets]
-    return [lat, torch.tensor(500, device=dev), ehs, conds, [0.8, 0.5, 1.0][:len(conds)]], tok
-
-
-def _parts(comps: Any, runner: StepRunner, dev: str, dtype: Any, size: int,
-           whole: bool) -> dict[str, float]:
-    """ms of one step through ``runner``; with ``whole`` also of the text
-    encoder and the VAE decode (eager)."""
-    import torch
-
-    out: dict[str, float] = {}
-    with torch.inference_mode():  # as in the pipeline: no recompilation for other tensors
-        args, tok = _step_inputs(comps, dev, dtype, size)
-        out["step"] = _bench(lambda: runner(*args), dev)
-        if whole:
-            out["text"] = _bench(lambda: comps.text_encoder(tok), dev)
-            z = args[0] / comps.vae.config.scaling_factor
-            out["vae"] = _bench(lambda: comps.vae.decode(z, return_dict=False), dev)
-    return out
-
-
-def _providers(used: dict[str, list[str]]) -> str:
-    """The provider each graph runs on, compactly."""
-    first = {g: v[0].replace("ExecutionProvider", "") for g, v in used.items()}
-    if len(set(first.values())) == 1:
-        return f"ORT {next(iter(first.values()))} ({len(first)} graphs)"
-    return "; ".join(f"{g}: {p}" for g, p in first.items())
-
-
-def _diff(img: Any, ref: Any) -> str:
-    if img is None or ref is None:
-        return ""
-    if img.shape != ref.shape:
-        return "image shape differs from torch's"
-    d = np.abs(img.astype(np.int16) - ref.astype(np.int16))
-    return f"|Δ| vs torch max {int(d.max())} mean {float(d.mean()):.2f}"
 
 
 # ------------------------------------------------------------------ environment
@@ -447,14 +209,14 @@ def _timed_row(name: str, run: _Run, t0: float) -> Row:
 
     comps, dev, dtype, size, steps = run.comps, run.dev, run.dtype, run.size, run.steps
     pipe, runner, notes = _engine(name, comps, dev, dtype, run.args, size, run.cudagraph_failed)
-    ms, image, finite = _time(pipe, run.shot, size, steps, run.frames, run.warmup, dev)
+    ms, image, finite = time_frames(pipe, run.shot, size, steps, run.frames, run.warmup, dev)
     row = Row(name, ms=ms, image=image)
     if runner is not None and runner.capture_s:
         notes.append(f"first step {runner.capture_s:.0f} s (warm-up"
                      + (", compile" if name == "torch-compile" else "") + ", capture)")
     if name == "torch" or runner is not None:
         nets = list(comps.controlnets.values())
-        parts = _parts(comps, runner or StepRunner(comps.unet, nets), dev, dtype, size,
+        parts = step_parts(comps, runner or StepRunner(comps.unet, nets), dev, dtype, size,
                        whole=name == "torch")
         row.extra["parts_ms"] = parts
         notes.append(f"step {parts['step']:.1f} ms")
@@ -641,7 +403,7 @@ def _engine(name: str, comps: Any, dev: str, dtype: Any, args: Any, size: int,
     pipe.onnx.prepare(size, size)
     print(f"{name}: {prec} export/cache + sessions {time.perf_counter() - t0:.0f} s "
           f"({pipe.onnx.engine.folder})")
-    return pipe, None, [_providers(pipe.providers)]
+    return pipe, None, [providers_note(pipe.providers)]
 
 
 def _export_only(comps: Any, dev: str, args: Any, size: int) -> Row:
@@ -695,7 +457,7 @@ def _report(rows: list[Row], vers: dict[str, str], size: int, steps: int, model:
     base = next((r for r in rows if r.name == "torch" and r.ms), None)
     for r in rows:
         if r.ms is not None and base is not None and r is not base:
-            d = _diff(r.image, base.image)
+            d = image_diff(r.image, base.image)
             if d:
                 r.notes = f"{r.notes}, {d}" if r.notes else d
     what = "tiny SD1.5-shaped" if model == "tiny" else "SD1.5"

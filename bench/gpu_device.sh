@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/gpu_device.sh: the GPU bench (python -m painted_skin.bench.gpu, issue 5) on the
+# bench/gpu_device.sh: the GPU bench (python -m painted_skin.bench.gpu) on the
 # lent H200 (/work/.library/device/: Python 3.12, torch 2.11 cu130, transformers 5.17,
 # onnxruntime 1.30 CPU build, no diffusers, no internet).
 #

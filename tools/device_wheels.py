@@ -179,8 +179,9 @@ def import_check() -> list[str]:
     try:
         for mod in ("backend.diffusion.temporal", "backend.diffusion.controlnet_pipeline",
                     "backend.diffusion.onnx.pipeline", "backend.diffusion.onnx.export",
+                    "backend.diffusion.onnx.export_wrappers",
                     "backend.diffusion.onnx.attention", "backend.diffusion.onnx.rewrites",
-                    "bench.diffusion", "bench.gpu"):
+                    "bench.diffusion", "bench.gpu", "bench.gpu_steps", "bench.gpu_timing"):
             importlib.import_module(f"painted_skin.{mod}")
     finally:
         sys.meta_path.pop(0)
