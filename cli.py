@@ -103,6 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "the canonical ones rest_position,uv,normal_world,view_dir,"
                          "light_visibility")
     p_.add_argument("--out", required=True, help="output folder (re-running resumes)")
+    p_.add_argument("--openpose-normalized", action="store_true",
+                    help="also write skeleton_normalized/####.json: COCO-18 keypoints in 0-1 "
+                         "coordinates, the form controlnet_aux and ComfyUI pose tools read "
+                         "(skeleton/ keeps OpenPose's pixel form)")
     p_.add_argument("--camera", help="camera object to render through, or 'auto': a "
                     "three-quarter camera following the character (default: the scene's)")
     p_.set_defaults(func=cmd_passes)

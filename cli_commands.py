@@ -209,7 +209,8 @@ def cmd_passes(args: argparse.Namespace) -> int:
         check_writable(args.out, "--out folder")
         scene, frames = _open_shot(args)
         opts = PassOptions(frames=frames, width=width, height=height, engine=args.engine,
-                           passes=passes)
+                           passes=passes,
+                           openpose_normalized=args.openpose_normalized)
         bar = _frame_bar(len(frames))
         out = Path(args.out)
         shown = next((sub for p, sub in (("normal", "normal_color"), ("depth", "depth16"),

@@ -160,6 +160,9 @@ def test_fast_motion_vectors_pin_sign_and_order(bpy_clean, tmp_path):
     prev, nxt = mv[mask][:, :2], mv[mask][:, 2:]
     assert np.allclose(nxt, [8.0, -4.0], atol=1e-3)  # next: right and up (v down)
     assert np.allclose(prev, [-8.0, 4.0], atol=1e-3)
+    from painted_skin.addon.blender.image_io import read_motion
+
+    np.testing.assert_array_equal(read_motion(tmp_path / "motion" / "0002.exr"), mv)
 
 
 def test_panel_operators_render_and_preview(bpy_clean, shot_blend, tmp_path):

@@ -90,6 +90,19 @@ def read_exr_layers(path: str | os.PathLike, channels: Collection[str] | None = 
     return out
 
 
+def read_motion(path: str | os.PathLike) -> np.ndarray:
+    """A motion pass EXR as float32 (H, W, 4): (u, v) to the previous frame, then to
+    the next, whether its channels have today's names or the older R, G, B, A."""
+    from .passes_output import MOTION_CHANNELS, MOTION_CHANNELS_OLD
+
+    layers = read_exr_layers(path)
+    for names in (MOTION_CHANNELS, MOTION_CHANNELS_OLD):
+        if all(n in layers for n in names):
+            return np.stack([layers[n] for n in names], axis=-1)
+    raise ValueError(f"{path} is not a motion pass (channels {', '.join(sorted(layers))}; "
+                     f"expected {', '.join(MOTION_CHANNELS)}): re-render the motion pass")
+
+
 def read_image(path: str | os.PathLike) -> np.ndarray:
     """First subimage of any image: (H, W) for one channel else (H, W, C), top row first,
     in the file's own type (uint8, uint16; float32 for half/float). Alpha comes back

@@ -22,6 +22,7 @@ import numpy as np
 from ..core import encodings
 from ..core.atomic import read_json, remove_stale_temps, write_json_atomic
 from ..core.frame_ranges import describe
+from ..core.openpose_json import normalized_openpose
 from ..core.raster import inside_closed_mesh
 
 # Split by job; every name stays importable from here.
@@ -39,13 +40,18 @@ from .passes_output import (  # noqa: F401
     MANIFEST_VERSION,
     MAX_SIZE,
     MIN_SIZE,
+    MOTION_CHANNELS,
+    MOTION_CHANNELS_OLD,
     PASSES,
+    SKELETON_NORMALIZED,
     PassOptions,
     Progress,
     build_manifest,
     check_manifest,
+    depth_to_u8,
     frame_done,
     frame_paths,
+    pass_files,
     rest_box,
     shot_depth_range,
     shot_identity,
@@ -109,12 +115,14 @@ def _write_frame(out: Path, f: int, arrays: dict, opts: PassOptions, near: float
 
     name = f"{f:04d}"
     want = set(opts.passes)
-    for sub in {sub for p in want for sub, _ in FILES[p]} | {"camera"}:
+    files = pass_files(opts.passes, opts.openpose_normalized)
+    for sub in {sub for p in want for sub, _ in files[p]} | {"camera"}:
         (out / sub).mkdir(parents=True, exist_ok=True)
     if "depth" in want:
         write_exr(out / "depth" / f"{name}.exr", arrays["depth"], ["Z"])
         write_png(out / "depth16" / f"{name}.png",
                   encodings.depth_to_u16(arrays["depth"], near, far))
+        write_png(out / "depth8" / f"{name}.png", depth_to_u8(arrays["depth"], near, far))
     if "normal" in want:
         write_exr(out / "normal" / f"{name}.exr", arrays["normal"], ["X", "Y", "Z"])
         write_png(out / "normal_color" / f"{name}.png",
@@ -125,9 +133,9 @@ def _write_frame(out: Path, f: int, arrays: dict, opts: PassOptions, near: float
         write_png(out / "parts" / f"{name}.png", arrays["parts"])
         write_png(out / "parts_color" / f"{name}.png", encodings.parts_to_color(arrays["parts"]))
     if "motion" in want:
-        # R,G = previous (u, v), B,A = next (u, v): EXR readers sort other channel
-        # names alphabetically, which would put "next" before "prev".
-        write_exr(out / "motion" / f"{name}.exr", arrays["motion"], ["R", "G", "B", "A"])
+        # Nuke's names: EXR stores channels alphabetically, and "backward" (to the
+        # previous frame) sorts before "forward", so positional readers keep the order.
+        write_exr(out / "motion" / f"{name}.exr", arrays["motion"], MOTION_CHANNELS)
     if "beauty" in want:
         # Cycles' Combined is linear and premultiplied; PNG wants straight alpha. The
         # colours get the plain sRGB curve (Blender's "Standard" view), not the
@@ -161,6 +169,9 @@ def _write_frame(out: Path, f: int, arrays: dict, opts: PassOptions, near: float
         write_png(out / "skeleton" / f"{name}.png", image)
         write_json_atomic(out / "skeleton" / f"{name}.json", data)
         write_json_atomic(out / "skeleton_coco18" / f"{name}.json", coco)
+        if opts.openpose_normalized:
+            sub, ext = SKELETON_NORMALIZED
+            write_json_atomic(out / sub / f"{name}.{ext}", normalized_openpose(coco))
     # The camera file goes last: it marks the frame complete (see frame_done).
     write_json_atomic(out / "camera" / f"{name}.json",
                       {"frame": f, "camera": g.camera.to_dict(),
@@ -274,8 +285,9 @@ def make_passes(scene: bpy.types.Scene, opts: PassOptions, out: Path,
         check_manifest(out, manifest)
         if clean_temps:  # what a killed run left half-written, in our own folders
             remove_stale_temps([out / sub for sub in {"camera"} | {
-                sub for p in PASSES for sub, _ in FILES[p]}])
-        todo = [f for f in opts.frames if not frame_done(out, opts.passes, f)]
+                sub for files in pass_files(PASSES, True).values() for sub, _ in files}])
+        todo = [f for f in opts.frames
+                if not frame_done(out, opts.passes, f, opts.openpose_normalized)]
         done = skipped = len(opts.frames) - len(todo)
         if progress:
             progress(done, len(opts.frames), opts.frames[0])

@@ -31,7 +31,7 @@ MANIFEST_VERSION = 1
 
 # Files each pass writes per frame: (sub-folder, extension).
 FILES = {
-    "depth": [("depth", "exr"), ("depth16", "png")],
+    "depth": [("depth", "exr"), ("depth16", "png"), ("depth8", "png")],
     "normal": [("normal", "exr"), ("normal_color", "png")],
     "skeleton": [("skeleton", "png"), ("skeleton", "json"), ("skeleton_coco18", "json")],
     "mask": [("mask", "png")],
@@ -44,6 +44,14 @@ FILES = {
     "view_dir": [("view_dir", "exr")],
     "light_visibility": [("light_visibility", "exr")],
 }
+
+#: With ``PassOptions.openpose_normalized``: the skeleton's COCO-18 JSON in 0-1 coordinates.
+SKELETON_NORMALIZED = ("skeleton_normalized", "json")
+#: The motion EXR's channels, in the file's (alphabetical) order: Nuke's names for the
+#: vectors to the previous (backward) and next (forward) frame. Folders from before
+#: hold the same values as R, G, B, A.
+MOTION_CHANNELS = ("backward.u", "backward.v", "forward.u", "forward.v")
+MOTION_CHANNELS_OLD = ("R", "G", "B", "A")
 
 Progress = Callable[[int, int, int], None]  # (done, total, frame)
 
@@ -58,8 +66,10 @@ class PassOptions:
     height: int = 512
     engine: str = "fast"
     passes: tuple[str, ...] = DEFAULT_PASSES
-    near: float | None = None  # shot depth range for depth16; None: measured over the scene
+    near: float | None = None  # shot depth range of depth16/8; None: measured over the scene
     far: float | None = None
+    #: also write skeleton_normalized/####.json (COCO-18, x / width and y / height)
+    openpose_normalized: bool = False
 
     def validate(self) -> None:
         fs = self.frames
@@ -81,15 +91,37 @@ class PassOptions:
             raise ShotError("the beauty pass needs --engine cycles")
 
 
-def frame_paths(out: Path, passes: tuple[str, ...], f: int) -> list[Path]:
+def pass_files(passes: tuple[str, ...], openpose_normalized: bool = False
+               ) -> dict[str, list[tuple[str, str]]]:
+    """(sub-folder, extension) of every file each of ``passes`` writes per frame."""
+    files = {p: list(FILES[p]) for p in passes}
+    if openpose_normalized and "skeleton" in files:
+        files["skeleton"].append(SKELETON_NORMALIZED)
+    return files
+
+
+def frame_paths(out: Path, passes: tuple[str, ...], f: int,
+                openpose_normalized: bool = False) -> list[Path]:
     paths = [out / "camera" / f"{f:04d}.json"]
-    for p in passes:
-        paths += [out / sub / f"{f:04d}.{ext}" for sub, ext in FILES[p]]
+    for files in pass_files(passes, openpose_normalized).values():
+        paths += [out / sub / f"{f:04d}.{ext}" for sub, ext in files]
     return paths
 
 
-def frame_done(out: Path, passes: tuple[str, ...], f: int) -> bool:
-    return all(p.exists() for p in frame_paths(out, passes, f))
+def frame_done(out: Path, passes: tuple[str, ...], f: int,
+               openpose_normalized: bool = False) -> bool:
+    return all(p.exists() for p in frame_paths(out, passes, f, openpose_normalized))
+
+
+def depth_to_u8(depth: np.ndarray, near: float, far: float) -> np.ndarray:
+    """depth16's shot-stable mapping at 8 bits (near 255, far 1, empty 0): the depth
+    image ComfyUI's LoadImage and ControlNet depth models read (they take 8-bit PNGs)."""
+    if not far > near:
+        raise ValueError(f"depth range needs far > near (got near={near}, far={far})")
+    d = np.clip((far - depth) / (far - near), 0.0, 1.0)
+    out = np.round(1 + d * 254).astype(np.uint8)
+    out[~np.isfinite(depth)] = 0
+    return out
 
 
 def shot_depth_range(geo: ShotGeometry, frames: range) -> tuple[float, float]:
@@ -117,7 +149,8 @@ def build_manifest(opts: PassOptions, near: float, far: float, geo: ShotGeometry
         "passes": list(opts.passes),
         "near": near,
         "far": far,
-        "files": {p: [f"{sub}/####.{ext}" for sub, ext in FILES[p]] for p in opts.passes},
+        "files": {p: [f"{sub}/####.{ext}" for sub, ext in files] for p, files in
+                  pass_files(opts.passes, opts.openpose_normalized).items()},
         "parts": list(encodings.PARTS),
         "conventions": encodings.CONVENTIONS,
         "armature": geo.armature.name if geo.armature else None,
@@ -196,9 +229,13 @@ def check_manifest(out: Path, manifest: dict) -> None:
             raise ShotError(f"{out} holds passes made with {key}={old.get(key)} (now "
                             f"{manifest[key]}): use another --out folder or delete it")
     passes = sorted(set(old.get("passes", [])) | set(manifest["passes"]))
-    if passes != sorted(old.get("passes", [])) or shot is None:
+    old_files = old.get("files", {})
+    files = {p: list(dict.fromkeys(old_files.get(p, []) + manifest["files"].get(p, [])))
+             for p in dict.fromkeys([*old_files, *manifest["files"]])}
+    if passes != sorted(old.get("passes", [])) or shot is None or files != old_files:
         old["passes"], old["shot"] = passes, new_shot  # a manifest from before "shot": adopt
-        old["files"] = {**old.get("files", {}), **manifest["files"]}
+        old["files"] = files  # files a newer version adds (depth8) are listed too
+        old["conventions"] = {**manifest["conventions"], **old.get("conventions", {})}
         for key in ("lights", "rest_box"):  # what passes added to an older folder need
             if key in manifest and key not in old:
                 old[key] = manifest[key]

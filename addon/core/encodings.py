@@ -45,17 +45,25 @@ CONVENTIONS = {
     "depth16": "uint16 PNG, 1 + round(65534*clip((far-d)/(far-near), 0, 1)) with the "
                "shot-fixed near/far of the manifest (near = 65535 bright, far = 1, like "
                "MiDaS-style depth ControlNets); 0 where empty",
+    "depth8": "uint8 greyscale PNG for ControlNet depth models and ComfyUI's LoadImage (which "
+              "reads 16-bit PNGs as flat white): 1 + round(254*clip((far-d)/(far-near), 0, 1)) "
+              "with depth16's near/far (near = 255 white, far = 1); 0 where empty",
     "normal": "camera-space unit normals (x right, y up, z towards the viewer), float32",
     "normal_color": "ControlNet 1.1 normalbae (ScanNet protocol): RGB = 255*((-x, y, z)+1)/2 "
                     "in camera space: red = left, green = up, blue = towards the viewer; "
                     "black where empty",
-    "motion": "EXR float32 pixels, channels R,G = (u, v) to the previous frame, B,A = (u, v) "
-              "to the next frame: where this pixel's surface point is in that frame minus "
-              "where it is now (u right, v down); 0 where empty",
+    "motion": "EXR float32 pixels, channels backward.u, backward.v = (u, v) to the previous "
+              "frame, forward.u, forward.v = (u, v) to the next frame (Nuke's layer names; "
+              "in this order in the file; folders from before hold them as R,G,B,A): where "
+              "this pixel's surface point is in that frame minus where it is now (u right, "
+              "v down, unlike Nuke's y up); 0 where empty",
     "mask": "uint8 PNG, 255 on the character",
     "parts": "uint8 PNG of part ids (see manifest 'parts'), 0 background",
     "skeleton": "OpenPose JSON (BODY_25 + hands + face; COCO-18 in skeleton_coco18/) and the "
                 "ControlNet-style drawing",
+    "skeleton_normalized": "with --openpose-normalized: skeleton_coco18's JSON with x / "
+                           "canvas_width and y / canvas_height (0-1, the form controlnet_aux "
+                           "and ComfyUI pose tools read); [0, 0, 0] for points left out",
     "beauty": "Cycles Combined, un-premultiplied, 8-bit sRGB (Blender's Standard view, not "
               "the scene's view transform), straight alpha",
     "rest_position": "EXR float32 X,Y,Z: the visible surface point's position in the object "

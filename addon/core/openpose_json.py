@@ -74,3 +74,33 @@ def openpose_json(body: Keypoints, hands: tuple[Keypoints | None, Keypoints | No
     }
     return {"version": 1.3, "people": [person], "canvas_width": int(width),
             "canvas_height": int(height)}
+
+
+def normalized_openpose(data: dict) -> dict:
+    """The pixel-form JSON of :func:`openpose_json` with every ``x`` divided by
+    ``canvas_width`` and ``y`` by ``canvas_height``: the 0-1 form controlnet_aux and
+    ComfyUI's pose editors read (they multiply back by the canvas size to draw).
+
+    Points left out (c = 0) stay ``[0, 0, 0]``; confidences and the 3D lists are kept.
+    """
+    w, h = data.get("canvas_width"), data.get("canvas_height")
+    if not (isinstance(w, int) and isinstance(h, int) and w > 0 and h > 0):
+        raise ValueError(f"OpenPose JSON needs positive integer canvas_width/canvas_height "
+                         f"to normalise (got {w!r} x {h!r}): write it with openpose_json")
+    scale = np.array([1.0 / w, 1.0 / h, 1.0])
+    people = []
+    for person in data.get("people", []):
+        out = dict(person)
+        for key in _KEYPOINT_KEYS:
+            flat = np.asarray(person.get(key, []), float)
+            if len(flat) % 3:
+                raise ValueError(f"{key} has {len(flat)} values, not x, y, c triplets")
+            rows = flat.reshape(-1, 3) * scale
+            rows[rows[:, 2] <= 0] = 0.0
+            out[key] = [round(float(v), 6) for v in rows.ravel()]
+        people.append(out)
+    return {**data, "people": people}
+
+
+_KEYPOINT_KEYS = ("pose_keypoints_2d", "face_keypoints_2d", "hand_left_keypoints_2d",
+                  "hand_right_keypoints_2d")

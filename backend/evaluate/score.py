@@ -25,7 +25,7 @@ import numpy as np
 from ...addon.core.atomic import check_writable, read_json, write_json_atomic
 from ...addon.core.encodings import CONVENTIONS
 from . import metrics
-from .images import read_exr, read_png
+from .images import UnreadableImage, read_exr, read_png
 
 RESTYLED = "restyled"  # restyle's output sub-folder (addon/blender/restyle.py)
 BEAUTY, MASK, DEPTH, MOTION = "beauty", "mask", "depth", "motion"
@@ -124,13 +124,19 @@ def find_sources(reference: Path, frames: Path, passes: Path | None = None) -> S
                             "passes": passes})
 
 
+# The same vectors under the channel names R, G, B, A (what older passes folders say).
+_MOTION_BEFORE = ("EXR float32 pixels, channels R,G = (u, v) to the previous frame, B,A = "
+                  "(u, v) to the next frame: where this pixel's surface point is in that "
+                  "frame minus where it is now (u right, v down); 0 where empty")
+
+
 def _check_conventions(passes: Path) -> None:
     """A passes folder from another convention would flip the warp: refuse it."""
     path = passes / "manifest.json"
     if not path.is_file():
         return
     conv = read_json(path, "pass manifest").get("conventions", {})
-    if conv.get(MOTION, CONVENTIONS[MOTION]) != CONVENTIONS[MOTION]:
+    if conv.get(MOTION, CONVENTIONS[MOTION]) not in (CONVENTIONS[MOTION], _MOTION_BEFORE):
         raise ScoreInputError(f"{path}: its motion vectors follow another convention "
                               f"({conv[MOTION]!r}); re-render the passes with this version")
 
@@ -145,12 +151,23 @@ def _mask(path: Path) -> np.ndarray:
     return a > (np.iinfo(a.dtype).max // 2)
 
 
+#: The motion pass's channels (passes_output.MOTION_CHANNELS), then the older names.
+_MOTION = ("backward.u", "backward.v", "forward.u", "forward.v")
+
+
+def _read_motion(path: Path) -> np.ndarray:
+    try:
+        return read_exr(path, _MOTION)
+    except UnreadableImage:
+        return read_exr(path, ["R", "G", "B", "A"])  # passes from before the named channels
+
+
 def _load(src: Sources, f: int) -> _Frame:
     fr = _Frame(f, _rgb(src.reference[f]), _rgb(src.frames[f]), _mask(src.mask[f]))
     if f in src.depth:
         fr.depth = read_exr(src.depth[f], ["Z"])[..., 0]
     if f in src.motion:
-        fr.motion = read_exr(src.motion[f], ["R", "G", "B", "A"])
+        fr.motion = _read_motion(src.motion[f])
     size = fr.mask.shape
     for what, shape, path in (("reference", fr.ref.shape[:2], src.reference[f]),
                               ("frame", fr.test.shape[:2], src.frames[f]),

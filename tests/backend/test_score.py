@@ -489,6 +489,10 @@ def test_passes_with_another_motion_convention_are_refused(tmp_path: Path, capsy
     manifest["conventions"]["motion"] = S.CONVENTIONS["motion"]
     (passes / "manifest.json").write_text(json.dumps(manifest))
     assert _run(capsys, "--reference", str(passes), "--frames", str(frames))[0] == 0
+    # folders from before the named EXR channels: the same vectors, still scored
+    manifest["conventions"]["motion"] = S._MOTION_BEFORE
+    (passes / "manifest.json").write_text(json.dumps(manifest))
+    assert _run(capsys, "--reference", str(passes), "--frames", str(frames))[0] == 0
 
 
 # ---- the real renderer's passes (the demo character walking; bpy venv only) ---------------
@@ -496,6 +500,7 @@ def test_passes_with_another_motion_convention_are_refused(tmp_path: Path, capsy
 # moves a surface-fixed pattern (the body-part colours) the way the warp assumes.
 
 REAL_FRAMES = range(1, 9)
+MOTION = ("backward.u", "backward.v", "forward.u", "forward.v")  # the motion pass channels
 
 
 @pytest.fixture(scope="module")
@@ -517,7 +522,7 @@ def test_the_readers_agree_with_blenders_openimageio(real_passes: Path) -> None:
     from painted_skin.addon.blender.image_io import read_image
 
     f = f"{REAL_FRAMES[3]:04d}"
-    np.testing.assert_array_equal(read_exr(real_passes / "motion" / f"{f}.exr", list("RGBA")),
+    np.testing.assert_array_equal(read_exr(real_passes / "motion" / f"{f}.exr", MOTION),
                                   read_image(real_passes / "motion" / f"{f}.exr"))
     depth = read_exr(real_passes / "depth" / f"{f}.exr", ["Z"])[..., 0]
     np.testing.assert_array_equal(depth, read_image(real_passes / "depth" / f"{f}.exr"))
@@ -534,7 +539,7 @@ def test_the_motion_pass_carries_surface_colours_to_the_next_frame(real_passes: 
         return (read_png(real_passes / "parts_color" / f"{f:04d}.png"),
                 read_png(real_passes / "mask" / f"{f:04d}.png") > 127,
                 read_exr(real_passes / "depth" / f"{f:04d}.exr", ["Z"])[..., 0],
-                read_exr(real_passes / "motion" / f"{f:04d}.exr", list("RGBA")))
+                read_exr(real_passes / "motion" / f"{f:04d}.exr", MOTION))
 
     for f in REAL_FRAMES[:-1]:
         (col, mask, depth, mv), (col1, _, depth1, mv1) = frame(f), frame(f + 1)
