@@ -48,7 +48,6 @@ from .passes_output import (  # noqa: F401
     Progress,
     build_manifest,
     check_manifest,
-    depth_to_u8,
     frame_done,
     frame_paths,
     pass_files,
@@ -122,7 +121,7 @@ def _write_frame(out: Path, f: int, arrays: dict, opts: PassOptions, near: float
         write_exr(out / "depth" / f"{name}.exr", arrays["depth"], ["Z"])
         write_png(out / "depth16" / f"{name}.png",
                   encodings.depth_to_u16(arrays["depth"], near, far))
-        write_png(out / "depth8" / f"{name}.png", depth_to_u8(arrays["depth"], near, far))
+        write_png(out / "depth8" / f"{name}.png", encodings.depth_to_u8(arrays["depth"], near, far))
     if "normal" in want:
         write_exr(out / "normal" / f"{name}.exr", arrays["normal"], ["X", "Y", "Z"])
         write_png(out / "normal_color" / f"{name}.png",

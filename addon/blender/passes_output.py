@@ -113,17 +113,6 @@ def frame_done(out: Path, passes: tuple[str, ...], f: int,
     return all(p.exists() for p in frame_paths(out, passes, f, openpose_normalized))
 
 
-def depth_to_u8(depth: np.ndarray, near: float, far: float) -> np.ndarray:
-    """depth16's shot-stable mapping at 8 bits (near 255, far 1, empty 0): the depth
-    image ComfyUI's LoadImage and ControlNet depth models read (they take 8-bit PNGs)."""
-    if not far > near:
-        raise ValueError(f"depth range needs far > near (got near={near}, far={far})")
-    d = np.clip((far - depth) / (far - near), 0.0, 1.0)
-    out = np.round(1 + d * 254).astype(np.uint8)
-    out[~np.isfinite(depth)] = 0
-    return out
-
-
 def shot_depth_range(geo: ShotGeometry, frames: range) -> tuple[float, float]:
     """Near/far over the whole scene range (not a farm chunk), padded 5%: every
     chunk of a shot must quantise depth identically, or the 16-bit depth flickers."""

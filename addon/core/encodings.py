@@ -104,14 +104,26 @@ def part_of_joint(canonical: str | None) -> int:
     return PART_ID["accessory"]
 
 
-def depth_to_u16(depth: np.ndarray, near: float, far: float) -> np.ndarray:
-    """Shot-stable 16-bit depth: near -> 65535, far -> 1, empty -> 0."""
+def _depth_to_uint(depth: np.ndarray, near: float, far: float, dtype: type) -> np.ndarray:
+    """Shot-stable integer depth: near -> the dtype's max, far -> 1, empty -> 0."""
     if not far > near:
         raise ValueError(f"depth range needs far > near (got near={near}, far={far})")
+    top = np.iinfo(dtype).max
     d = np.clip((far - depth) / (far - near), 0.0, 1.0)
-    out = np.round(1 + d * 65534).astype(np.uint16)
+    out = np.round(1 + d * (top - 1)).astype(dtype)
     out[~np.isfinite(depth)] = 0
     return out
+
+
+def depth_to_u16(depth: np.ndarray, near: float, far: float) -> np.ndarray:
+    """Shot-stable 16-bit depth: near -> 65535, far -> 1, empty -> 0."""
+    return _depth_to_uint(depth, near, far, np.uint16)
+
+
+def depth_to_u8(depth: np.ndarray, near: float, far: float) -> np.ndarray:
+    """depth16's mapping at 8 bits (near 255, far 1, empty 0): the depth image ComfyUI's
+    LoadImage and ControlNet depth models read (they take 8-bit PNGs)."""
+    return _depth_to_uint(depth, near, far, np.uint8)
 
 
 def normal_to_color(normal_cam: np.ndarray, mask: np.ndarray) -> np.ndarray:
