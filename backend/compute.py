@@ -118,18 +118,18 @@ class PipelinePool:
     def ready_for(self, s: Session) -> bool:
         """The session's pipeline is loaded and prepared for its frame size (OPENED
         may go out at once). Reads the compute thread's dict: single lookups only."""
-        pipe = self._pipes.get(self.key(s.pipeline, s.options))
+        pipe = self._pipes.get(self.key(s.request.pipeline, s.request.options))
         if pipe is None:
             return False
         prepared = getattr(pipe, "prepared", None)
-        return prepared is None or bool(prepared(width=s.width, height=s.height,
-                                                 options=s.options, refs=s.refs))
+        return prepared is None or bool(prepared(width=s.request.width, height=s.request.height,
+                                                 options=s.request.options, refs=s.request.refs))
 
     def _evict(self, keep: tuple[str, str, str]) -> None:
         if len(self._pipes) <= MAX_PIPELINES:
             return
         try:  # the loop thread owns the sessions: a snapshot of their pipelines
-            used = {self.key(s.pipeline, s.options) for s in list(self._sessions())}
+            used = {self.key(s.request.pipeline, s.request.options) for s in list(self._sessions())}
         except (RuntimeError, KeyError):  # changed while copied: evict by age alone
             used = set()
         for k in [k for k in self._pipes if k not in used and k != keep]:
@@ -210,9 +210,9 @@ class ComputeThread:
                     pass  # already answered by the cancel
                 except (Exception, SystemExit) as e:  # a library's sys.exit must not end
                     # the compute thread (PING would still answer, no frame ever would)
-                    log.exception("frame %s of %r failed", job.frame, job.session.name)
+                    log.exception("frame %s of %r failed", job.frame, job.session.request.name)
                     self.events.post(wake, "error", job, wire.E_INTERNAL,
-                                     f"pipeline {job.session.pipeline!r} failed on frame "
+                                     f"pipeline {job.session.request.pipeline!r} failed on frame "
                                      f"{job.frame}: {type(e).__name__}: {e}")
                 finally:
                     self.queue.done()
@@ -221,24 +221,24 @@ class ComputeThread:
 
     def _run_load(self, job: Job, wake: zmq.Socket) -> None:
         """Load (and prepare for the session's size) the pipeline an OPEN asked for."""
-        s = job.session
+        s, req = job.session, job.session.request
         t0 = time.monotonic()
         try:
-            pipe = self.pool.get(s.pipeline, s.options)
+            pipe = self.pool.get(req.pipeline, req.options)
             prepare = getattr(pipe, "prepare", None)
             if prepare is not None:  # e.g. the onnx engine exports for this frame size
-                prepare(width=s.width, height=s.height, options=s.options, refs=s.refs)
+                prepare(width=req.width, height=req.height, options=req.options, refs=req.refs)
         except (Exception, SystemExit) as e:
             # Missing or broken files, bad options: the user's to fix, said in the reply.
             # Anything else is a bug: logged with its traceback.
             ours = not (hasattr(e, "problems")
                         or isinstance(e, OSError | ValueError | KeyError | NotImplementedError))
             if ours:
-                log.exception("session %r: pipeline %s could not load", s.name, s.pipeline)
+                log.exception("session %r: pipeline %s could not load", req.name, req.pipeline)
             else:
-                log.warning("session %r: pipeline %s could not load: %s", s.name, s.pipeline, e)
+                log.warning("session %r: pipeline %s could not load: %s", req.name, req.pipeline, e)
             code = wire.E_INTERNAL if ours else wire.E_BAD_MESSAGE
-            s.failed = (f"open: pipeline {s.pipeline!r} could not load with these options: "
+            s.failed = (f"open: pipeline {req.pipeline!r} could not load with these options: "
                         f"{type(e).__name__}: {e}")
             self.events.post(wake, "open_failed", job, code, s.failed)
             return
@@ -255,11 +255,11 @@ class ComputeThread:
             return
         t0 = time.monotonic()
         queue_ms = (t0 - job.arrived) * 1000.0
-        pipe = self.pool.get(s.pipeline, s.options)
+        pipe = self.pool.get(s.request.pipeline, s.request.options)
         # A temporal or cross-frame frame depends on the session's state, not only on its
         # passes: the contract's rule keeps it out of the cache.
-        temporal = getattr(pipe, "stateful", False) and s.options.get("temporal", True)
-        use_cache = self.cache.max_bytes > 0 and pipelines.may_cache(pipe, s.options)
+        temporal = getattr(pipe, "stateful", False) and s.request.options.get("temporal", True)
+        use_cache = self.cache.max_bytes > 0 and pipelines.may_cache(pipe, s.request.options)
         key = (s.settings, job.seed, passes_hash(job.passes)) if use_cache else None
         rgb = self.cache.get(key) if key else None
         cached = rgb is not None
@@ -285,8 +285,8 @@ class ComputeThread:
     def _compute(self, job: Job, pipe: Any, wake: zmq.Socket) -> np.ndarray | None:
         """Run the pipeline on the frame: its read-only RGB, or None when its
         shared-memory slot was rewritten meanwhile (answered ``cancelled`` here)."""
-        s = job.session
-        progress = s.options.get("progress", True) is not False
+        s, req = job.session, job.session.request
+        progress = req.options.get("progress", True) is not False
         passes = job.passes
         if job.shm and getattr(pipe, "stateful", False):
             # a stateful pipeline may keep its inputs (e.g. the previous depth) in the
@@ -303,13 +303,13 @@ class ComputeThread:
                 self.events.post(wake, "progress", job, step, steps)
             return not job.cancelled and not self._stop.is_set()
 
-        out = pipe(passes, prompt=s.prompt, negative_prompt=s.negative, seed=job.seed,
-                   width=s.width, height=s.height, refs=s.refs, options=s.options,
+        out = pipe(passes, prompt=req.prompt, negative_prompt=req.negative, seed=job.seed,
+                   width=req.width, height=req.height, refs=req.refs, options=req.options,
                    callback=callback, frame=job.frame, state=s.state)
         out = np.ascontiguousarray(out)
-        if out.dtype != np.uint8 or out.shape != (s.height, s.width, 3):
+        if out.dtype != np.uint8 or out.shape != (req.height, req.width, 3):
             raise RuntimeError(f"pipeline returned {out.dtype}{list(out.shape)}, not "
-                               f"uint8[{s.height}, {s.width}, 3]")
+                               f"uint8[{req.height}, {req.width}, 3]")
         if job.shm:
             if not job.fresh():  # the client reused the slot meanwhile: garbage in
                 self.events.post(wake, "error", job, E_CANCELLED, f"frame {job.frame}: its "

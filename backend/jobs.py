@@ -1,5 +1,6 @@
-"""The records the socket loop and the compute thread share: a session, a job (one
-frame, or the load that answers an OPEN), and the queue that hands jobs over.
+"""The records the socket loop and the compute thread share: a session (with the OPEN
+request it holds), a job (one frame, or the load that answers an OPEN), and the queue
+that hands jobs over.
 
 The loop creates and forgets sessions and jobs; the compute thread only takes jobs
 from :class:`JobQueue` and reads them. Everything both threads touch goes through the
@@ -20,10 +21,10 @@ from .. import wire
 from . import quotas
 
 
-@dataclass(eq=False)
-class Session:
-    key: tuple[bytes, str]  # (client identity, client-chosen name)
-    route: list[bytes]
+@dataclass(frozen=True)
+class OpenRequest:
+    """An OPEN's header and reference images, checked (by :func:`.sessions.parse_open`)."""
+
     name: str
     pipeline: str
     prompt: str
@@ -33,7 +34,17 @@ class Session:
     height: int
     options: dict[str, Any]
     refs: list[np.ndarray]
-    settings: bytes
+
+
+@dataclass(eq=False)
+class Session:
+    """An open session: the OPEN it was opened with (``request``, never changed: a
+    re-OPEN makes a new session) and what the loop and the compute thread keep of it."""
+
+    key: tuple[bytes, str]  # (client identity, client-chosen name)
+    route: list[bytes]
+    request: OpenRequest
+    settings: bytes  # the hash of the request's picture-making settings (result cache)
     outstanding: dict[int, Job] = field(default_factory=dict)
     queue: deque[Job] = field(default_factory=deque)  # guarded by JobQueue.cond
     state: dict[str, Any] = field(default_factory=dict)  # the pipeline's, compute thread only

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,7 +24,7 @@ from ..wire import clean as _clean
 from . import pipelines, quotas
 from .compute import Events, PipelinePool, settings_hash
 from .diffusion.seeds import frame_seed
-from .jobs import Job, JobQueue, Session
+from .jobs import Job, JobQueue, OpenRequest, Session
 from .serve_config import ServeConfig
 from .shm_grants import ShmGrants
 
@@ -35,21 +34,6 @@ log = logging.getLogger("painted_skin.backend")
 PASSES: dict[str, tuple[str, int]] = {n: (p.dtype, p.channels) for n, p in WIRE_PASSES.items()}
 
 Send = Callable[[list[bytes], list[Any]], None]
-
-
-@dataclass(frozen=True)
-class OpenRequest:
-    """An OPEN's header and reference images, checked."""
-
-    name: str
-    pipeline: str
-    prompt: str
-    negative: str
-    seed: int
-    width: int
-    height: int
-    options: dict[str, Any]
-    refs: list[np.ndarray]
 
 
 def parse_open(msg: Message, default_pipeline: str) -> OpenRequest:
@@ -110,7 +94,7 @@ def split_carry(s: Session, msg: Message, arrays: dict[str, np.ndarray]
     if carry or carry_frame is not None:
         from .diffusion import carry as carry_mod  # numpy only (torch on restore)
 
-        problem = carry_mod.check(carry, s.width, s.height)
+        problem = carry_mod.check(carry, s.request.width, s.request.height)
         if problem is None and not (is_int(carry_frame) and 0 <= carry_frame < msg.frame):
             problem = "'carry_frame' must be an integer below 'frame'"
         if problem:
@@ -126,11 +110,12 @@ def check_passes(s: Session, arrays: dict[str, np.ndarray], ref: Any) -> None:
             raise ProtocolError(wire.E_BAD_ARRAY, f"frame: unknown pass {name!r} "
                                                   f"(known: {', '.join(PASSES)})", ref)
         dtype, ch = spec
-        shape = (s.height, s.width, ch) if ch else (s.height, s.width)
+        size = (s.request.height, s.request.width)
+        shape = (*size, ch) if ch else size
         if a.dtype.name != dtype or a.shape != shape:
             raise ProtocolError(wire.E_BAD_ARRAY,
                                 f"frame: pass {name!r} must be {dtype}{list(shape)} for "
-                                f"this {s.width}x{s.height} session, got "
+                                f"this {s.request.width}x{s.request.height} session, got "
                                 f"{a.dtype.name}{list(a.shape)}", ref)
 
 
@@ -181,8 +166,7 @@ class Sessions:
                                 f"sessions open (the most it takes); close some or try later",
                                 ref)
         s = self.table[key] = Session(
-            key, list(route), req.name, req.pipeline, req.prompt, req.negative, req.seed,
-            req.width, req.height, req.options, req.refs,
+            key, list(route), req,
             settings_hash(req.pipeline, req.prompt, req.negative, req.seed, req.width,
                           req.height, req.options, req.refs),
             client=client)
@@ -200,9 +184,10 @@ class Sessions:
         self.queue.put(job, first=True)
 
     def send_opened(self, s: Session, ref: str | None, **extra: Any) -> None:
-        self._send(s.route, reply(wire.OPENED, session=s.name, credits=self.cfg.credits,
-                                  pipeline=s.pipeline, width=s.width, height=s.height, ref=ref,
-                                  **({"shm": True} if s.shm else {}), **extra))
+        req = s.request
+        self._send(s.route, reply(wire.OPENED, session=req.name, credits=self.cfg.credits,
+                                  pipeline=req.pipeline, width=req.width, height=req.height,
+                                  ref=ref, **({"shm": True} if s.shm else {}), **extra))
 
     def on_frame(self, route: list[bytes], msg: Message) -> None:
         s = self.lookup(route, msg)
@@ -221,7 +206,7 @@ class Sessions:
                                              f"wait for a result", msg.id)
         quotas.check_frame(self.limits, self.held_by(s.client)[1],
                            sum(a.nbytes for a in arrays.values()), frame, msg.id)
-        job = Job(s, frame, _clean(msg.id), dict(arrays), frame_seed(s.seed, frame),
+        job = Job(s, frame, _clean(msg.id), dict(arrays), frame_seed(s.request.seed, frame),
                   time.monotonic(), shm=bool(msg.shm), slot=slot, carry=carry or None,
                   carry_frame=carry_frame if carry else None)
         s.outstanding[frame] = job
@@ -240,12 +225,12 @@ class Sessions:
         for job in jobs:
             self.cancel_job(job)
             self._send(s.route, error(E_CANCELLED, f"frame {job.frame} cancelled", msg.id,
-                                      s.name, job.frame))
+                                      s.request.name, job.frame))
 
     def on_close(self, route: list[bytes], msg: Message) -> None:
         s = self.lookup(route, msg)
         self.drop(s)
-        self._send(route, reply(wire.CLOSED, session=s.name, ref=_clean(msg.id)))
+        self._send(route, reply(wire.CLOSED, session=s.request.name, ref=_clean(msg.id)))
 
     # ---- bookkeeping ---------------------------------------------------------------------
 
@@ -253,7 +238,7 @@ class Sessions:
         """(sessions, bytes) the client holds, leaving ``besides`` out (a re-open)."""
         mine = [s for s in self.table.values() if s.client == client and s is not besides]
         return len(mine), sum(quotas.session_bytes(
-            s.refs, (j.passes for j in s.outstanding.values())) for s in mine)
+            s.request.refs, (j.passes for j in s.outstanding.values())) for s in mine)
 
     def cancel_job(self, job: Job) -> None:
         """Forget a frame: unqueue it, or flag it so the pipeline stops at its next step."""
@@ -272,7 +257,7 @@ class Sessions:
             self.cancel_job(job)
             if notify_ref is not None:
                 self._send(s.route, error(E_CANCELLED, f"frame {job.frame} cancelled (session "
-                                                       f"re-opened)", notify_ref, s.name,
+                                                       f"re-opened)", notify_ref, s.request.name,
                                           job.frame))
         if self.table.get(s.key) is s:
             del self.table[s.key]
@@ -295,7 +280,7 @@ class Sessions:
         loading = {key[0] for key, s in self.table.items() if s.loading is not None}
         for key, s in list(self.table.items()):
             if s.loading is None and now - self.last_seen.get(key[0], 0.0) > timeout:
-                log.info("session %r: client silent for %.0f s, freed", s.name, timeout)
+                log.info("session %r: client silent for %.0f s, freed", s.request.name, timeout)
                 self.drop(s)
         for ident, seen in list(self.last_seen.items()):
             if now - seen > timeout and ident not in loading:
@@ -319,18 +304,19 @@ class Sessions:
             s = job.session
             if kind == "progress":
                 step, steps = rest
-                self._send(s.route, reply(wire.PROGRESS, session=s.name, frame=job.frame,
+                self._send(s.route, reply(wire.PROGRESS, session=s.request.name, frame=job.frame,
                                           step=step, steps=steps, ref=job.ref))
                 continue
             del s.outstanding[job.frame]
             if kind == "result":
                 rgb, timings, cached, extra = rest
-                self._send(s.route, reply(wire.RESULT, {"rgb": rgb, **extra}, session=s.name,
-                                          frame=job.frame, seed=job.seed, timings=timings,
-                                          cached=cached, ref=job.ref))
+                self._send(s.route, reply(wire.RESULT, {"rgb": rgb, **extra},
+                                          session=s.request.name, frame=job.frame,
+                                          seed=job.seed, timings=timings, cached=cached,
+                                          ref=job.ref))
             else:
                 code, text = rest
-                self._send(s.route, error(code, text, job.ref, s.name, job.frame))
+                self._send(s.route, error(code, text, job.ref, s.request.name, job.frame))
 
     def _deliver_open(self, kind: str, job: Job, rest: list[Any]) -> None:
         """Answer a session's OPEN once its pipeline loaded (or could not)."""
@@ -348,6 +334,6 @@ class Sessions:
         # Frames sent before OPENED still get their one reply each, before the OPEN's
         # error: a broker forwards frame replies only while the session exists.
         for fj in frames:
-            self._send(s.route, error(code, f"frame {fj.frame}: {text}", fj.ref, s.name,
+            self._send(s.route, error(code, f"frame {fj.frame}: {text}", fj.ref, s.request.name,
                                       fj.frame))
-        self._send(s.route, error(code, text, job.ref, s.name))
+        self._send(s.route, error(code, text, job.ref, s.request.name))

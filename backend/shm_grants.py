@@ -66,7 +66,7 @@ class ShmGrants:
         try:
             seg = self.map(s, name)
         except ProtocolError as e:
-            log.info("session %r: no shared memory (%s)", s.name, e)
+            log.info("session %r: no shared memory (%s)", s.request.name, e)
             return
         if seg.read_bytes(0, 24) == wire.SHM_MAGIC + bytes.fromhex(token):
             s.shm = True
@@ -118,4 +118,5 @@ class ShmGrants:
         for name, seg in maps.items():
             seg.close()
             if wire.reap_shm(name):
-                log.info("session %r: removed shared memory %s of a dead client", s.name, name)
+                log.info("session %r: removed shared memory %s of a dead client",
+                         s.request.name, name)

@@ -52,7 +52,7 @@ DEFAULT_FRAMES = 48
 FPS = 24.0
 UV_GRID = 256
 FALLBACK_FRAMES_PER_CLIP = 8  # a training set rendered here when the model's is gone
-# The issue's targets on held-out motion.
+# The skin model's targets on held-out motion.
 TARGETS = {"psnr": 28.7, "ssim": 0.97, "warp_ratio": 1.1, "slope": 0.005}
 METHODS = ("model", "part-mean", "uv-lookup")
 
@@ -265,7 +265,7 @@ def table(shots: list[ShotResult]) -> list[str]:
 
 
 def targets(shot: ShotResult) -> str:
-    """Which of the issue's targets the model meets on ``shot``."""
+    """Which of the targets (:data:`TARGETS`) the model meets on ``shot``."""
     r = shot.rows["model"]
     checks = [("psnr>=28.7", r["psnr"] >= TARGETS["psnr"]),
               ("ssim>=0.97", r["ssim"] >= TARGETS["ssim"]),

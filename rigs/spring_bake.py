@@ -1,7 +1,8 @@
 """Baking the demo's spring bones (the cape) into the armature's action.
 
 The parents' poses are sampled through Blender per frame; the chains are run by
-the pure :mod:`rigs.spring` simulator and keyed back as quaternions.
+the pure :mod:`rigs.spring` simulator and keyed back as quaternions (Bezier keys, by
+the writer retargeted actions use: ``armature_io.add_curves``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import bpy
 import numpy as np
 
+from ..addon.blender.armature_io import add_curves
 from ..addon.core.transforms import matrix_to_quat, quat_continuity
 from . import spring
 from .character_skeleton import COLLIDER_PROP, SPRING_PROP
@@ -119,19 +121,9 @@ def bake_spring_bones(
 
 
 def _write_quaternion_keys(cb, bone: str, frames: list[int], quat: np.ndarray) -> None:
-    """Replace the bone's quaternion curves by one key per frame.
-
-    Bezier keys (what ``keyframe_points.add`` makes), not the linear keys of
-    ``armature_io``'s writer: the cape's motion between frames (motion blur, subframe
-    renders) stays smooth, and the baked demo files stay as they were.
-    """
+    """Replace the bone's quaternion curves by one Bezier key per frame: the cape's
+    motion between frames (motion blur, subframe renders) stays smooth."""
     path = f'pose.bones["{bone}"].rotation_quaternion'
     for fc in [fc for fc in cb.fcurves if fc.data_path == path]:
         cb.fcurves.remove(fc)
-    x = np.asarray(frames, dtype=np.float64)
-    for i in range(4):
-        fc = cb.fcurves.new(path, index=i, group_name=bone)
-        fc.keyframe_points.add(len(frames))
-        co = np.stack([x, quat[:, i]], 1).astype(np.float32).ravel()
-        fc.keyframe_points.foreach_set("co", co)
-        fc.update()
+    add_curves(cb, path, quat, np.asarray(frames, dtype=np.float64), bone, "BEZIER")

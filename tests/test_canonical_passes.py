@@ -61,7 +61,7 @@ def scene_state(bpy) -> dict:
 
 def assert_canonical_match(out: dict[str, dict], height: float, vis_agree: float = 0.97
                            ) -> None:
-    """The issue's bars on pixels both engines cover: rest positions within 1e-3 of the
+    """The project's bars on pixels both engines cover: rest positions within 1e-3 of the
     character height and UVs within 1e-3 (but for the pixels where the engines see
     another triangle: silhouettes, UV seams), world normals, view directions, and light
     visibility mostly equal (shadow-map edges)."""

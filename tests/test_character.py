@@ -253,6 +253,12 @@ def test_spring_bake_writes_keys_and_lags(bpy_clean):
         assert paths[f'pose.bones["{name}"].rotation_quaternion'] == 4
     fc = next(fc for fc in cb.fcurves if "cape.004" in fc.data_path)
     assert len(fc.keyframe_points) == 40
+    # Bezier keys with Blender's own handles: the cape stays smooth between frames.
+    assert {kp.interpolation for kp in fc.keyframe_points} == {"BEZIER"}
+    handles = [tuple(kp.handle_left) + tuple(kp.handle_right) for kp in fc.keyframe_points]
+    fc.update()
+    assert [tuple(kp.handle_left) + tuple(kp.handle_right) for kp in fc.keyframe_points] \
+        == handles
     character.bake_spring_bones(arm, (1, 40))  # baking again replaces, never duplicates
     assert Counter(fc.data_path for fc in cb.fcurves) == paths
 

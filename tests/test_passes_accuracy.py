@@ -1,4 +1,4 @@
-"""The fast engine matches Cycles (the reference) within the issue's bars:
+"""The fast engine matches Cycles (the reference) within the project's bars:
 mask IoU >= 0.995, median relative depth error <= 1e-3, mean normal angle <= 1°,
 motion-vector end-point error <= 0.5 px on pixels both engines cover."""
 

@@ -264,7 +264,7 @@ def test_a_failure_while_baking_leaves_no_action(bpy_clean, walk_bvh, monkeypatc
     retarget_clip(walk_bvh, arm)
     kept, actions = arm.animation_data.action, set(bpy.data.actions.keys())
     calls = []
-    real = armature_io._add_curves
+    real = armature_io.add_curves
 
     def flaky(*args):
         calls.append(1)
@@ -272,7 +272,7 @@ def test_a_failure_while_baking_leaves_no_action(bpy_clean, walk_bvh, monkeypatc
             raise RuntimeError("disk on fire")
         return real(*args)
 
-    monkeypatch.setattr(armature_io, "_add_curves", flaky)
+    monkeypatch.setattr(armature_io, "add_curves", flaky)
     with pytest.raises(RuntimeError, match="disk on fire"):
         retarget_clip(walk_bvh, arm)
     assert set(bpy.data.actions.keys()) == actions

@@ -1,6 +1,6 @@
 """The retarget solver on generated clips, without Blender.
 
-Quality bars from issue #2: identity, rest invariance (T vs A rest with other
+The quality bars: identity, rest invariance (T vs A rest with other
 bone rolls), A->B->A round trip, foot lock, and auto-detection of every
 generated convention.
 """

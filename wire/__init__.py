@@ -6,7 +6,8 @@ the add-on ships it without the backend. docs/protocol.md describes it for other
 clients. Modules: :mod:`.limits` (caps, dtypes, timing), :mod:`.messages` (types,
 error codes), :mod:`.codec` (encode/decode), :mod:`.segments` (shared memory),
 :mod:`.endpoints` (the loopback test), :mod:`.replies` (reply/error builders),
-:mod:`.passes` (the table of passes). Everything public is importable from here.
+:mod:`.passes` (the table of passes), :mod:`.options` (the ``cross_frame`` values both
+sides read). Everything public is importable from here.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ from .messages import (
     check_array,
     new_id,
 )
+from .options import CROSS_FRAME_MODES, CROSS_FRAME_OFF, CrossFrameError, cross_frame_mode
 from .passes import (
     CANONICAL_PASSES,
     CONTROL_PASSES,
@@ -104,18 +106,19 @@ from .segments import (
 
 __all__ = [
     "ALL_TYPES", "CANCEL", "CANONICAL_PASSES", "CLIENT_TYPES", "CLOSE", "CLOSED",
-    "CONTROL_PASSES", "DISCONNECT", "DTYPES", "E_BAD_ARRAY", "E_BAD_MESSAGE", "E_BUSY",
-    "E_CANCELLED", "E_INTERNAL", "E_NO_SESSION", "E_TOO_BIG", "E_UNKNOWN_TYPE", "E_VERSION",
-    "ERROR", "FRAME", "HEARTBEAT", "HEARTBEAT_INTERVAL", "HEARTBEAT_LIVENESS",
-    "MAX_ARRAYS", "MAX_ARRAY_BYTES", "MAX_HEADER_BYTES", "MAX_HEADER_DEPTH",
-    "MAX_INT_DIGITS", "MAX_MESSAGE_BYTES", "MAX_NAME", "MAX_NDIM", "MAX_ROUTING_PARTS",
-    "MAX_SEGMENT_BYTES", "MAX_SIDE", "MAX_TEXT", "OPEN", "OPENED", "PING", "PONG",
-    "PROGRESS", "PROTOCOL_VERSION", "READY", "RECONNECT_INIT", "RECONNECT_MAX", "RESULT",
-    "SERVER_NAME", "SERVER_TYPES", "SHM_ALIGN", "SHM_DIR", "SHM_FILE_RE", "SHM_HEADER",
-    "SHM_MAGIC", "SHM_MEMFD_RE", "SHM_NAME_RE", "SHM_SWEEP_MIN_AGE", "STATUS",
-    "STATUS_REPLY", "WIRE_PASSES", "WORKER_TYPES", "Message", "ProtocolError", "ShmRef",
-    "ShmSegment", "TooBig", "WirePass", "backend_version", "bytes_per_pixel",
-    "check_array", "clean", "decode", "encode", "error", "error_frames", "is_int",
+    "CONTROL_PASSES", "CROSS_FRAME_MODES", "CROSS_FRAME_OFF", "CrossFrameError",
+    "DISCONNECT", "DTYPES", "E_BAD_ARRAY", "E_BAD_MESSAGE", "E_BUSY", "E_CANCELLED",
+    "E_INTERNAL", "E_NO_SESSION", "E_TOO_BIG", "E_UNKNOWN_TYPE", "E_VERSION", "ERROR",
+    "FRAME", "HEARTBEAT", "HEARTBEAT_INTERVAL", "HEARTBEAT_LIVENESS", "MAX_ARRAYS",
+    "MAX_ARRAY_BYTES", "MAX_HEADER_BYTES", "MAX_HEADER_DEPTH", "MAX_INT_DIGITS",
+    "MAX_MESSAGE_BYTES", "MAX_NAME", "MAX_NDIM", "MAX_ROUTING_PARTS", "MAX_SEGMENT_BYTES",
+    "MAX_SIDE", "MAX_TEXT", "OPEN", "OPENED", "PING", "PONG", "PROGRESS",
+    "PROTOCOL_VERSION", "READY", "RECONNECT_INIT", "RECONNECT_MAX", "RESULT", "SERVER_NAME",
+    "SERVER_TYPES", "SHM_ALIGN", "SHM_DIR", "SHM_FILE_RE", "SHM_HEADER", "SHM_MAGIC",
+    "SHM_MEMFD_RE", "SHM_NAME_RE", "SHM_SWEEP_MIN_AGE", "STATUS", "STATUS_REPLY",
+    "WIRE_PASSES", "WORKER_TYPES", "Message", "ProtocolError", "ShmRef", "ShmSegment",
+    "TooBig", "WirePass", "backend_version", "bytes_per_pixel", "check_array", "clean",
+    "cross_frame_mode", "decode", "encode", "error", "error_frames", "is_int",
     "is_local_endpoint", "is_loopback_host", "new_id", "parse_header", "reap_shm",
     "recv_capped", "reply", "segment_path", "shm_supported", "sweep_shm", "to_wire",
 ]

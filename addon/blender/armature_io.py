@@ -24,7 +24,8 @@ from ..core.transforms import (
 )
 
 _PATH = re.compile(r'^pose\.bones\["((?:[^"\\]|\\.)*)"\]\.(\w+)$')
-_LINEAR = 1  # Keyframe.interpolation enum value of 'LINEAR'
+# Keyframe.interpolation's enum values (foreach_set takes the numbers).
+_INTERPOLATION = {"CONSTANT": 0, "LINEAR": 1, "BEZIER": 2}
 
 
 def read_skeleton(obj: bpy.types.Object) -> Skeleton:
@@ -203,10 +204,10 @@ def write_action(obj: bpy.types.Object, skel: Skeleton, basis_rot: np.ndarray,
                 values, prop = np.concatenate([angle[:, None], axis], 1), "rotation_axis_angle"
             else:
                 values, prop = unwrap_euler(matrix_to_euler(rot, mode)), "rotation_euler"
-            _add_curves(cb, f"{path}.{prop}", values, xs, bname)
+            add_curves(cb, f"{path}.{prop}", values, xs, bname)
             loc = basis_loc[:, i]
             if not pb.bone.use_connect and np.abs(loc).max() > 1e-6:
-                _add_curves(cb, f"{path}.location", loc, xs, bname)
+                add_curves(cb, f"{path}.location", loc, xs, bname)
         ad = obj.animation_data or obj.animation_data_create()
         ad.action = action
         ad.action_slot = slot
@@ -220,17 +221,19 @@ def _escape(name: str) -> str:
     return name.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def _add_curves(cb, data_path: str, values: np.ndarray, xs: np.ndarray, group: str) -> None:
-    """One F-Curve per column of ``values``, keyed on the consecutive integer frames
-    ``xs``: linear keys, auto-clamped handles (what ``keyframe_points.add`` +
-    ``foreach_set`` + ``update()`` make, bit for bit), built through the curve's
-    sample points: their ``co`` is a plain array that ``foreach_set`` copies in one
-    go (the keyframes' ``co`` and ``interpolation`` go key by key), and
-    ``convert_to_keyframes`` makes the linear keys and their handles in C."""
+def add_curves(cb, data_path: str, values: np.ndarray, xs: np.ndarray, group: str,
+               interpolation: str = "LINEAR") -> None:
+    """One F-Curve per column of ``values`` in the channelbag ``cb``, keyed on the
+    consecutive integer frames ``xs`` with ``interpolation`` ("LINEAR": a retargeted
+    action; "BEZIER": the baked cape, smooth between frames for motion blur and subframe
+    renders) and auto-clamped handles, bit for bit what ``keyframe_points.add`` +
+    ``foreach_set`` + ``update()`` make. Built through the curve's sample points: their
+    ``co`` is a plain array that ``foreach_set`` copies in one go (the keyframes' ``co``
+    go key by key), and ``convert_to_keyframes`` makes the keys and their handles in C."""
+    interp = np.full(len(xs), _INTERPOLATION[interpolation], dtype=np.int32)
     co = np.empty((len(xs), 2), dtype=np.float32)
     co[:, 0] = xs
     if len(xs) < 2:  # a lone key: keyed directly (its handles are not computed alike)
-        interp = np.full(len(xs), _LINEAR, dtype=np.int32)
         for k in range(values.shape[1]):
             fc = cb.fcurves.new(data_path, index=k, group_name=group)
             fc.keyframe_points.add(len(xs))
@@ -246,4 +249,6 @@ def _add_curves(cb, data_path: str, values: np.ndarray, xs: np.ndarray, group: s
         fc.convert_to_samples(start, end)
         co[:, 1] = values[:, k]
         fc.sampled_points.foreach_set("co", co.ravel())
-        fc.convert_to_keyframes(start, end)
+        fc.convert_to_keyframes(start, end)  # linear keys
+        if interpolation != "LINEAR":
+            fc.keyframe_points.foreach_set("interpolation", interp)

@@ -11,23 +11,21 @@ backend here, with this scene's trained skin model added to the registry it serv
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import re
 import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from pathlib import Path
 
 import bpy
 
 from ..core.atomic import write_text_atomic
 from ..core.backend_probe import no_python_message
+from ..core.skin_registry import REGISTRY_ENV, RegistryError, registry_entries, registry_text
 from .client import DEFAULT_URL, BackendClient, BackendError, BackendUnavailable
 
-REGISTRY_ENV = "PAINTED_SKIN_SKIN_MODELS"
 # The skin-model registry the backend reads when REGISTRY_ENV is unset.
 EMBEDDED_REGISTRY = Path(__file__).resolve().parents[2] / "backend" / "skin" / "registry.toml"
 
@@ -59,23 +57,11 @@ def _registry_models(base: str) -> list[tuple[str, str]]:
     (none when it is unreadable: the backend then says so itself, for its own)."""
     out: list[tuple[str, str]] = []
     try:
-        with open(base, "rb") as fh:
-            for name, table in tomllib.load(fh).get("models", {}).items():
-                out.append((name, str(_folder(base, table["path"]))))
-    except (OSError, ValueError, KeyError, TypeError):
+        for name, folder in registry_entries(base):
+            out.append((name, str(folder)))
+    except RegistryError:
         pass
     return out
-
-
-def _folder(base: str, path: str) -> Path:
-    """A registry entry's folder: relative paths are read from the registry's folder."""
-    folder = Path(os.path.expanduser(path))
-    return (folder if folder.is_absolute() else Path(base).parent / folder).resolve()
-
-
-def registry_text(models: list[tuple[str, str]]) -> str:
-    """A skin-model registry file listing ``models`` (names quoted: any name is a key)."""
-    return "".join(f"[models.{json.dumps(n)}]\npath = {json.dumps(f)}\n\n" for n, f in models)
 
 
 def backend_python(configured: str) -> str:

@@ -1,5 +1,6 @@
 """The diffusion pipelines' option vocabulary, in one place: which options change what
-a factory loads, the checks told on OPEN, and the one ``cross_frame`` parser.
+a factory loads and the checks told on OPEN; the ``cross_frame`` values are the
+wire's (:mod:`wire.options`), which the add-on reads too.
 
 Pure Python (no torch): the factories, the SDXL code, the ONNX engine and the OPEN
 check all read their vocabulary here, so none of them imports another to learn it.
@@ -10,7 +11,10 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ..pipelines.base import CROSS_FRAME_OFF
+# Re-exported: the pipelines and cross-frame attention read their vocabulary here.
+from ...wire.options import CROSS_FRAME_MODES as CROSS_FRAME_MODES
+from ...wire.options import CrossFrameError
+from ...wire.options import cross_frame_mode as parse_cross_frame
 
 # The options that change what a factory loads (the backend keeps one pipeline per
 # distinct value of them); everything else is per-frame.
@@ -23,20 +27,6 @@ RUNTIMES = {"torch": ("torch",), "onnx": ("torch", "onnxruntime"),
 TORCH_CUDA = ("pip install --force-reinstall torch --index-url "
               "https://download.pytorch.org/whl/cu130")
 ORT_GPU = "pip uninstall -y onnxruntime && pip install 'onnxruntime-gpu[cuda,cudnn]'"
-CROSS_FRAME_MODES = ("first", "previous")
-
-
-def parse_cross_frame(mode: Any, default: str = "first") -> str | None:
-    """The anchor of a ``cross_frame`` option: "first" or "previous"; None for off
-    (:data:`~..pipelines.base.CROSS_FRAME_OFF`); True: ``default``. Raises ValueError
-    naming the accepted values otherwise."""
-    if mode in CROSS_FRAME_OFF:
-        return None
-    mode = default if mode is True else str(mode)
-    if mode not in CROSS_FRAME_MODES:
-        raise ValueError(f"cross_frame {mode!r}: use one of {', '.join(CROSS_FRAME_MODES)}, "
-                         "true, \"off\" or absent")
-    return mode
 
 
 def engine_problem(options: dict[str, Any]) -> str | None:
@@ -59,7 +49,7 @@ def option_problems(options: dict[str, Any]) -> list[str]:
         return [f"steps {steps!r} must be a whole number from 1 to 100"]
     try:
         parse_cross_frame(options.get("cross_frame"))
-    except ValueError as e:
+    except CrossFrameError as e:
         return [str(e)]
     problem = engine_problem(options)
     return [problem] if problem else []

@@ -23,11 +23,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
+# The values of ``cross_frame`` that mean "off": the wire's (the add-on's chain rule, the
+# OPEN check and the pipelines read the same), re-exported for the cache rule here.
+from ...wire.options import CROSS_FRAME_OFF as CROSS_FRAME_OFF
+
 StepCallback = Callable[[int, int], bool]
 
-# The values of ``cross_frame`` that mean "off" (one definition: the server's cache
-# rule, the diffusion option check and the cross-frame parser agree on it).
-CROSS_FRAME_OFF = (None, False, "", "off", "none")
 
 
 class Cancelled(Exception):

@@ -1,6 +1,6 @@
 """The pass-through pipeline: a deterministic picture of the passes.
 
-Used for transport tests and benchmarks before diffusion (issue 5). The
+Used for transport tests and benchmarks, without any model. The
 image is :func:`echo_image`; ``options["steps"]`` (default 4) steps of
 ``options["delay_ms"]`` (default 0) each make progress and cancellation
 observable.

@@ -2,23 +2,20 @@
 
 A TOML file (``$PAINTED_SKIN_SKIN_MODELS``, else ``registry.toml`` beside this
 module) lists ``[models.NAME] path = "..."``; relative paths are read from the
-file's folder. Clients send names, so they can never point the backend at a
-path of their choosing.
+file's folder (:mod:`addon.core.skin_registry` reads it, for the add-on too).
+Clients send names, so they can never point the backend at a path of their choosing.
 """
 
 from __future__ import annotations
 
 import os
-import tomllib
 from pathlib import Path
 
+from ...addon.core.skin_registry import REGISTRY_ENV, RegistryError, read_registry
+
 DEFAULT_REGISTRY = Path(__file__).with_name("registry.toml")
-ENV = "PAINTED_SKIN_SKIN_MODELS"
+ENV = REGISTRY_ENV
 DEFAULT_MODEL = "demo"
-
-
-class RegistryError(ValueError):
-    """The registry cannot be read or lacks a name; the message names the fix."""
 
 
 def registry_path() -> Path:
@@ -26,22 +23,9 @@ def registry_path() -> Path:
 
 
 def load_registry(path: str | os.PathLike | None = None) -> dict[str, Path]:
-    """Model name -> folder (resolved) of a registry file."""
-    p = Path(path) if path else registry_path()
-    try:
-        with open(p, "rb") as f:
-            data = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError) as e:
-        raise RegistryError(f"skin-model registry {p} is unreadable ({e}): fix it or set "
-                            f"{ENV} to another file") from None
-    out = {}
-    for name, table in (data.get("models") or {}).items():
-        if not isinstance(table, dict) or not isinstance(table.get("path"), str):
-            raise RegistryError(f"skin-model registry {p}: model {name!r} needs a "
-                                "path = \"...\" string")
-        folder = Path(os.path.expanduser(table["path"]))
-        out[name] = (folder if folder.is_absolute() else p.parent / folder).resolve()
-    return out
+    """Model name -> folder (resolved) of a registry file (the file :func:`registry_path`
+    names by default); the parser is core's, which the add-on reads it with too."""
+    return read_registry(Path(path) if path else registry_path())
 
 
 def resolve(name: str | None) -> Path:
@@ -54,3 +38,7 @@ def resolve(name: str | None) -> Path:
         raise RegistryError(f"skin model {name!r} is not in the registry {registry_path()} "
                             f"(it has: {', '.join(sorted(reg)) or 'nothing'}): add it there")
     return reg[name]
+
+
+__all__ = ["DEFAULT_MODEL", "DEFAULT_REGISTRY", "ENV", "RegistryError", "load_registry",
+           "registry_path", "resolve"]
