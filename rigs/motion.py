@@ -32,6 +32,7 @@ import numpy as np
 from ..addon.core.bvh import BvhClip, make_clip, write_bvh_clip
 from .motion_gaits import RUN, WALK, build_jump, build_run, build_sit, build_walk, build_wave
 from .motion_pose import CanonicalMotion, rx, ry, rz
+from .motion_rom import build_rom
 from .motion_skeleton import (
     ANKLE_HEIGHT,
     CONVENTION_MAPS,
@@ -61,6 +62,7 @@ _BUILDERS = {
     "jump": build_jump,
     "wave": build_wave,
     "sit": build_sit,
+    "rom": build_rom,
 }
 
 

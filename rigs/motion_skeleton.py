@@ -11,7 +11,7 @@ import numpy as np
 from ..addon.core.humanoid import FINGER_SEGMENTS, FINGERS
 from ..addon.core.transforms import axis_angle_to_matrix
 
-KINDS = ("walk", "run", "jump", "turn", "wave", "sit")
+KINDS = ("walk", "run", "jump", "turn", "wave", "sit", "rom")  # new kinds go last (seeds)
 # Foot contact phases reported by :func:`foot_phases`.
 SWING, HEEL, FLAT, TOE = 0, 1, 2, 3
 CONVENTIONS = ("cmu", "mixamo", "apose")
