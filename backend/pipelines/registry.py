@@ -59,12 +59,13 @@ def register_builtin() -> list[str]:
 
     register("echo", lambda options, device: EchoPipeline(device))
     if _have("skin"):
+        from .skin import LOAD_DEFAULTS as SKIN_DEFAULTS
         from .skin import LOAD_KEYS as SKIN_KEYS
         from .skin import check as skin_check
         from .skin import skin_factory
 
         register("skin", skin_factory, load_keys=SKIN_KEYS, size_multiple=4,
-                 check=skin_check, load_defaults={"model": "demo"})
+                 check=skin_check, load_defaults=SKIN_DEFAULTS)
     if _have("diffusion.components"):
         from .diffusion import entries
 

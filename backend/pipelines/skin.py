@@ -9,6 +9,13 @@ Options::
                          a model trained for another character is refused on OPEN
     temporal: true|false with a temporal model (default true): feed the previous
                          output warped by the motion pass; false paints every frame fresh
+    engine: "onnx"|"torch"  what runs the network (default onnx: onnxruntime, its best
+                         provider for the backend's device -- TensorRT, CUDA, CPU);
+                         torch needs torch and the folder's weights.safetensors
+    stabilize: 0..<1     with the temporal chain: how strongly each pixel keeps the
+                         previous output where the two nearly agree (default 0.8;
+                         0 or false: off) -- flicker removed without lag
+                         (:mod:`painted_skin.backend.skin.stabilize`)
 
 A temporal model keeps the previous frame's output and depth in the session
 state; a client that resumes a shot carries them back (``carry_rgb``,
@@ -22,10 +29,12 @@ from typing import Any
 import numpy as np
 
 from ..diffusion.options import device_problem
-from ..skin import features, registry, runtime
+from ..skin import engines, features, registry, runtime, stabilize
 from .base import Cancelled, StepCallback
 
-LOAD_KEYS = ("model",)
+LOAD_KEYS = ("model", "engine")
+LOAD_DEFAULTS = {"model": registry.DEFAULT_MODEL, "engine": "onnx"}
+_RUNTIME = {"onnx": "onnxruntime", "torch": "torch"}  # what device_problem checks
 
 
 class DeviceUnavailable(ValueError):
@@ -49,9 +58,14 @@ def check(options: dict[str, Any]) -> list[str]:
     if temporal not in (None, True, False):
         return [f"temporal {temporal!r} must be true or false"]
     try:
+        stabilize.check_strength(options.get("stabilize"))
+    except ValueError as e:
+        return [str(e)]
+    try:
         folder = _folder(options)
         cfg = runtime.read_config(folder)
         runtime.check_fingerprint(cfg, character, folder)
+        engines.check_engine(options.get("engine"), cfg, folder)
     except ValueError as e:
         return [str(e)]
     if temporal is True and not cfg.get("temporal"):
@@ -66,11 +80,14 @@ class SkinPipeline:
     name = "skin"
 
     def __init__(self, options: dict[str, Any], device: str = "cpu") -> None:
-        problem = device_problem(device, "onnxruntime")  # not a CPU run that looks like one
+        engine = options.get("engine") or "onnx"
+        # not a CPU run that looks like a GPU one
+        problem = device_problem(device, _RUNTIME.get(engine, "onnxruntime"))
         if problem:
             raise DeviceUnavailable(f"the skin model cannot run on {problem}")
         folder = _folder(options)
-        self.model = runtime.load_model(folder, options.get("character"), device)
+        self.model = runtime.load_model(folder, options.get("character"), device,
+                                        engine=engine)
         # the server keeps a session state (and skips its cache) only for stateful pipelines
         self.stateful = self.model.temporal
 
@@ -96,7 +113,8 @@ class SkinPipeline:
             raise features.FeatureError(f"passes are {list(passes['mask'].shape[:2])}, the "
                                         f"session {height}x{width}: send passes of its size")
         prev = self._previous(passes, options, frame, state, (height, width))
-        rgb = self.model.render(passes, prev, seed)
+        rgb = self.model.render(passes, prev, seed,
+                                stabilize.check_strength(options.get("stabilize")))
         if "mask" in passes:  # the model paints the character; off it, Cycles' black film
             rgb = np.where(np.asarray(passes["mask"])[..., None] > 0, rgb, np.uint8(0))
         if callback is not None and not callback(1, 1):

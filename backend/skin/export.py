@@ -2,7 +2,8 @@
 
 A model folder holds ``config.json`` (format version, input layout, sizes, head,
 the character's fingerprint), ``model.onnx`` (GridSample needs opset 16+; the
-3-D grid's 5-D GridSample needs 20) and ``report.json`` (losses, figures, time).
+3-D grid's 5-D GridSample needs 20), ``weights.safetensors`` (the same network's
+weights, for the torch engine) and ``report.json`` (losses, figures, time).
 It is written into a temp folder beside the destination and renamed into place,
 so a reader sees the old folder or the new one, never a half-written one.
 """
@@ -24,6 +25,7 @@ from .model import SkinNet
 
 OPSET = 20
 CONFIG, GRAPH, REPORT = "config.json", "model.onnx", "report.json"
+WEIGHTS = "weights.safetensors"  # safetensors, not a pickle: a model folder may be shared
 
 
 def _dummy(cfg: dict[str, Any], size: int = 32) -> tuple[torch.Tensor, ...]:
@@ -67,6 +69,10 @@ def export_model(net: SkinNet, model_cfg: dict[str, Any], out_dir: str | os.Path
     try:
         os.chmod(tmp, plain_mode(folder=True))
         export_onnx(net, tmp / GRAPH)
+        from safetensors.torch import save_file
+
+        save_file({k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()},
+                  str(tmp / WEIGHTS))
         config = {
             "format_version": FORMAT_VERSION,
             "fingerprint": fingerprint,
@@ -79,7 +85,7 @@ def export_model(net: SkinNet, model_cfg: dict[str, Any], out_dir: str | os.Path
             "required_passes": features.required_passes(model_cfg["layout"]),
             "model": {k: model_cfg[k] for k in ("tex_channels", "tex_sizes", "grid_sizes",
                                                  "unet", "use_texture")},
-            "graph": GRAPH, "opset": OPSET,
+            "graph": GRAPH, "opset": OPSET, "weights": WEIGHTS,
         }
         write_json_atomic(tmp / CONFIG, config)
         write_json_atomic(tmp / REPORT, report or {})

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from . import FORMAT_VERSION, features, sampling
+from . import FORMAT_VERSION, engines, features, sampling, stabilize
 
 CONFIG, REPORT = "config.json", "report.json"
 TRAIN_HINT = ("train one with `python -m painted_skin.backend.skin.train --frames DIR "
@@ -69,9 +69,8 @@ class SkinModel:
     """A loaded model folder: ``render(passes, ...)`` -> uint8 (H, W, 3)."""
 
     def __init__(self, folder: str | os.PathLike, fingerprint: dict[str, Any] | None = None,
-                 device: str = "cpu", threads: int | None = None) -> None:
-        import onnxruntime as ort
-
+                 device: str = "cpu", threads: int | None = None,
+                 engine: str | None = None) -> None:
         self.folder = Path(folder)
         self.config = read_config(self.folder)
         check_fingerprint(self.config, fingerprint, self.folder)
@@ -79,14 +78,8 @@ class SkinModel:
         self.bounds = self.config["rest_bounds"]
         self.temporal = bool(self.config.get("temporal"))
         self.multiple = int(self.config.get("size_multiple", 1))
-        so = ort.SessionOptions()
-        if threads:
-            so.intra_op_num_threads = int(threads)
-        providers = ["CPUExecutionProvider"]
-        if device.startswith("cuda") and "CUDAExecutionProvider" in ort.get_available_providers():
-            providers.insert(0, "CUDAExecutionProvider")
-        self.session = ort.InferenceSession(str(self.folder / self.config["graph"]), so,
-                                            providers=providers)
+        self.engine = engines.load_engine(engine or "onnx", self.folder, self.config, device,
+                                          threads)
 
     def check_passes(self, passes: dict[str, np.ndarray]) -> None:
         missing = [p for p in self.config.get("required_passes", []) if p not in passes
@@ -101,9 +94,12 @@ class SkinModel:
 
     def render(self, passes: dict[str, np.ndarray],
                previous: tuple[np.ndarray, np.ndarray] | None = None,
-               seed: int = 0) -> np.ndarray:
+               seed: int = 0, stabilize_strength: float = stabilize.DEFAULT_STRENGTH
+               ) -> np.ndarray:
         """One frame. ``previous``: the warped previous output and its validity
-        (:func:`features.warp_previous_output`) for a temporal model, else None.
+        (:func:`features.warp_previous_output`), or None for a shot's first frame; a
+        temporal model takes it as input, and the painted frame is blended with it by
+        :func:`stabilize.stabilize` (``stabilize_strength`` 0: not blended).
         ``seed``: the diffusion head's starting noise."""
         self.check_passes(passes)
         x = features.frame_features(passes, self.layout, self.bounds,
@@ -114,12 +110,16 @@ class SkinModel:
             def f(x_t: np.ndarray, t: float) -> np.ndarray:
                 feeds = {"features": x, "x_t": x_t.astype(np.float32),
                          "t": np.full((1,), t, np.float32)}
-                return self.session.run(None, feeds)[0]
+                return self.engine.run(feeds)
 
             out = (sampling.ddim_sample(f, noise, int(self.config["diffusion_steps"])) + 1) / 2
         else:
-            out = self.session.run(None, {"features": x})[0]
-        return np.clip(np.rint(np.moveaxis(out[0], 0, -1) * 255), 0, 255).astype(np.uint8)
+            out = self.engine.run({"features": x})
+        rgb = np.moveaxis(out[0], 0, -1)
+        if previous is not None:
+            rgb = stabilize.stabilize(np.clip(rgb, 0.0, 1.0), previous[0], previous[1],
+                                      stabilize_strength)
+        return np.clip(np.rint(rgb * 255), 0, 255).astype(np.uint8)
 
     def report(self) -> dict[str, Any]:
         p = self.folder / REPORT
@@ -127,6 +127,8 @@ class SkinModel:
 
 
 def load_model(folder: str | os.PathLike, fingerprint: dict[str, Any] | None = None,
-               device: str = "cpu", threads: int | None = None) -> SkinModel:
-    """Load and check a model folder (raises :class:`ModelFolderError`)."""
-    return SkinModel(folder, fingerprint, device, threads)
+               device: str = "cpu", threads: int | None = None,
+               engine: str | None = None) -> SkinModel:
+    """Load and check a model folder (raises :class:`ModelFolderError`, or
+    :class:`engines.EngineError` for an engine that cannot run it here)."""
+    return SkinModel(folder, fingerprint, device, threads, engine)

@@ -38,7 +38,7 @@ def test_onnx_matches_torch(exported) -> None:
         x_t = np.random.default_rng(0).standard_normal((1, 3, 48, 48)).astype(np.float32)
         feeds |= {"x_t": x_t, "t": np.full((1,), 0.7, np.float32)}
         args += [torch.from_numpy(x_t), torch.full((1,), 0.7)]
-    onnx_out = model.session.run(None, feeds)[0]
+    onnx_out = model.engine.run(feeds)
     with torch.no_grad():
         torch_out = res.net(*args).numpy()
     np.testing.assert_allclose(onnx_out, torch_out, atol=TOL, rtol=0)
@@ -50,7 +50,7 @@ def test_onnx_matches_torch(exported) -> None:
 def test_folder_holds_config_graph_and_report(exported) -> None:
     _, folder = exported
     assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.onnx",
-                                                        "report.json"]
+                                                        "report.json", "weights.safetensors"]
     cfg = json.loads((folder / "config.json").read_text())
     assert cfg["format_version"] == FORMAT_VERSION and cfg["fingerprint"] == S.FINGERPRINT
     assert F.channels(cfg["layout"]) == 37
@@ -108,3 +108,35 @@ def test_a_model_path_that_is_not_a_folder_is_refused_and_kept(exported, tmp_pat
     with pytest.raises(ValueError, match="is not a folder"):
         export.export_model(res.net, res.model_cfg, out, S.FINGERPRINT, res.report)
     assert victim.read_text() == "keep me" and (kind == "file" or out.is_symlink())
+
+
+def test_torch_engine_paints_what_onnx_paints(exported) -> None:
+    res, folder = exported
+    passes, _ = S.dataset(1, 48, seed=7)[0]
+    onnx_model = R.load_model(folder, S.FINGERPRINT)
+    torch_model = R.load_model(folder, S.FINGERPRINT, engine="torch")
+    assert torch_model.engine.providers == ["torch:cpu"]
+    x = F.frame_features(passes, res.model_cfg["layout"], res.model_cfg["rest_bounds"])[None]
+    feeds = {"features": x}
+    if res.model_cfg["head"] == "diffusion":
+        feeds |= {"x_t": np.zeros((1, 3, 48, 48), np.float32), "t": np.ones(1, np.float32)}
+    np.testing.assert_allclose(torch_model.engine.run(feeds), onnx_model.engine.run(feeds),
+                               atol=TOL, rtol=0)
+    a, b = torch_model.render(passes, seed=3), onnx_model.render(passes, seed=3)
+    assert np.abs(a.astype(int) - b).max() <= 1
+
+
+def test_engines_refuse_what_they_cannot_run(exported, tmp_path) -> None:
+    import shutil
+
+    from painted_skin.backend.skin import engines
+
+    _, folder = exported
+    with pytest.raises(engines.EngineError, match="must be one of onnx, torch"):
+        R.load_model(folder, S.FINGERPRINT, engine="tensorflow")
+    bare = tmp_path / "no-weights"
+    shutil.copytree(folder, bare)
+    (bare / "weights.safetensors").unlink()
+    with pytest.raises(engines.EngineError, match="no torch weights.*re-export"):
+        R.load_model(bare, S.FINGERPRINT, engine="torch")
+    assert R.load_model(bare, S.FINGERPRINT).render(S.dataset(1, 48, seed=7)[0][0]).any()

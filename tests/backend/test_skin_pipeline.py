@@ -79,3 +79,38 @@ def test_resumed_temporal_shot_is_identical_to_an_uninterrupted_one(reg) -> None
     carry.restore(pipe, state, 2, carried)
     for k in (3, 4):
         np.testing.assert_array_equal(_run(pipe, shot[k], k, state), whole[k])
+
+
+def test_stabilize_is_checked_on_open_and_blends_the_chain(reg) -> None:
+    check = pipelines.get("skin").check
+    assert "[0, 1)" in check({"model": "hero-t", "stabilize": 1.5})[0]
+    assert "[0, 1)" in check({"model": "hero-t", "stabilize": "strong"})[0]
+    assert check({"model": "hero-t", "stabilize": 0}) == []
+    shot = [p for p, _ in S.shot(4, 32, seed=8)]
+    pipe = pipelines.create("skin", {"model": "hero-t"})
+    steady, raw = {}, {}
+    a = [_run(pipe, p, k, steady) for k, p in enumerate(shot)]
+    b = [_run(pipe, p, k, raw, {"stabilize": 0}) for k, p in enumerate(shot)]
+    np.testing.assert_array_equal(a[0], b[0])  # a shot's first frame has nothing to keep
+    assert any(not np.array_equal(x, y) for x, y in zip(a[1:], b[1:], strict=True))
+    # off: exactly the model's own chain
+    prev = None
+    for k, p in enumerate(shot):
+        if k:
+            from painted_skin.backend.skin import features
+
+            prev = features.warp_previous_output(b[k - 1], p["motion"], p["depth"],
+                                                 shot[k - 1]["depth"])
+        expect = pipe.model.render(p, prev, k, 0.0)
+        np.testing.assert_array_equal(b[k], np.where(p["mask"][..., None] > 0, expect, 0))
+
+
+def test_engine_is_a_load_option_checked_on_open(reg) -> None:
+    check = pipelines.get("skin").check
+    assert check({"model": "hero", "engine": "torch"}) == []
+    assert "must be one of onnx, torch" in check({"model": "hero", "engine": "tf"})[0]
+    assert pipelines.get("skin").load_keys == ("model", "engine")
+    passes, _ = S.dataset(1, 32, seed=5)[0]
+    a = _run(pipelines.create("skin", {"model": "hero", "engine": "torch"}), passes, 0, {})
+    b = _run(pipelines.create("skin", {"model": "hero"}), passes, 0, {})
+    assert np.abs(a.astype(int) - b).max() <= 1
