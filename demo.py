@@ -10,7 +10,9 @@ Cycles, timings).
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 import socket
 import sys
 import time
@@ -35,6 +37,29 @@ def _free_url() -> str:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return f"tcp://127.0.0.1:{s.getsockname()[1]}"
+
+
+def _digest(*parts: bytes | str | Path) -> str:
+    """sha256 of ``parts`` (files by content): what a kept output was made from."""
+    h = hashlib.sha256()
+    for part in parts:
+        data = part.read_bytes() if isinstance(part, Path) else (
+            part.encode() if isinstance(part, str) else part)
+        h.update(len(data).to_bytes(8, "little") + data)
+    return h.hexdigest()
+
+
+def keep_if_made_from(folder: Path, key: str) -> None:
+    """Empty the demo's own ``folder`` unless its outputs were made from ``key``.
+
+    A rerun resumes (frames kept), but frames painted from another shot or another
+    model — the code changed the motion, a new model was committed — would be scored
+    against references they do not match."""
+    stamp = folder / ".made-from"
+    if folder.is_dir() and not (stamp.is_file() and stamp.read_text() == key):
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(key)
 
 
 def model_folder(name: str) -> tuple[Path, dict]:
@@ -140,6 +165,11 @@ def run_demo(out: Path, frames: int = 48, fps: float = 24.0, kind: str = "wave",
                 progress=bar("passes", len(shot)) if bar else None)
     timings["passes_s"] = time.monotonic() - t0
 
+    depth = [out / "passes" / "depth" / f"{f:04d}.exr" for f in shot]
+    shot_key = _digest(f"{size} {samples}", *(p for p in depth if p.is_file()))
+    keep_if_made_from(out / "restyle", _digest(shot_key, folder / "config.json",
+                                               *sorted(folder.glob("*.onnx"))))
+    keep_if_made_from(out / "cycles", shot_key)
     url = _free_url()
     t0 = time.monotonic()
     start_local_backend(sys.executable, url, timeout_s=120)
@@ -154,7 +184,6 @@ def run_demo(out: Path, frames: int = 48, fps: float = 24.0, kind: str = "wave",
         stop_local_backend()
 
     t0 = time.monotonic()
-    (out / "cycles").mkdir(parents=True, exist_ok=True)
     progress = bar("cycles", len(shot)) if bar else None
     with beauty_settings(scene, size, samples):
         for i, f in enumerate(shot):
