@@ -113,7 +113,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     rs = sub.add_parser("restyle", help="restyle a shot's frames through a backend")
     rs.add_argument("shot", help="SHOT.blend (a character with an action, and a camera)")
-    rs.add_argument("--out", required=True, help="output folder (re-running resumes)")
+    rs.add_argument("--out", required=True,
+                    help="output folder (re-running resumes); or, as Blender's render "
+                         "output, a file pattern such as //render/shot_####.png: frames "
+                         "are written there (#### = the frame, zero padded; // = the "
+                         "shot's folder)")
+    rs.add_argument("--frame-pattern", metavar="NAME",
+                    help="file name of each frame in OUT/restyled, e.g. shot_#### "
+                         "(# count = zero padding; no #: 4 digits appended; default ####)")
     rs.add_argument("--frames", help="FIRST-LAST (default: the scene's range)")
     rs.add_argument("--size", default="512x512", help="WIDTHxHEIGHT")
     rs.add_argument("--pipeline", default="sd15-controlnet", help="backend pipeline")

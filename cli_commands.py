@@ -282,9 +282,11 @@ def cmd_restyle(args: argparse.Namespace) -> int:
         start_local_backend,
         stop_local_backend,
     )
+    from .addon.blender.restyle_output import frame_names
 
     check_url(args.url, args.keys)  # before anything is written into --out
     _check_shot(args)
+    names = _restyle_names(args)  # may move --out to the folder of a render-output path
     width, height = _parse_size(args.size)
     options = _parse_options(args.options)
     refs = []
@@ -294,8 +296,9 @@ def cmd_restyle(args: argparse.Namespace) -> int:
         except OSError as e:
             raise BadInput(f"--ref {ref!r}: {e}") from None
         refs.append(img[..., :3] if img.ndim == 3 else img[..., None].repeat(3, -1))
-    inputs = {"shot": args.shot, "--options": args.options if args.options and
-              Path(args.options).is_file() else None, "--keys": args.keys,
+    options_file = args.options and Path(args.options).suffix.lower() in (".json", ".toml")
+    inputs = {"shot": args.shot, "--options": args.options if options_file else None,
+              "--keys": args.keys,
               **{f"--ref {r}": r for r in args.ref or ()}}
     check_distinct({"--out": args.out}, inputs)
     with removed_if_left_empty(args.out):  # a failed start leaves no empty folder behind
@@ -315,12 +318,14 @@ def cmd_restyle(args: argparse.Namespace) -> int:
     try:
         if args.start_backend:
             start_local_backend(args.start_backend, args.url, timeout_s=120.0)
-        summary = restyle_shot(scene, out, args.url, frames=frames, size=(width, height),
-                               pipeline=args.pipeline, prompt=args.prompt, seed=args.seed,
-                               negative_prompt=args.negative_prompt, options=options,
-                               refs=refs, keys=args.keys, timeout_s=args.timeout,
-                               progress=progress, cancelled=lambda: stop["asked"],
-                               chain_start=scene.frame_start)  # farm chunks agree on it
+        with frame_names(names):
+            summary = restyle_shot(scene, out, args.url, frames=frames,
+                                   size=(width, height), pipeline=args.pipeline,
+                                   prompt=args.prompt, seed=args.seed,
+                                   negative_prompt=args.negative_prompt, options=options,
+                                   refs=refs, keys=args.keys, timeout_s=args.timeout,
+                                   progress=progress, cancelled=lambda: stop["asked"],
+                                   chain_start=scene.frame_start)  # farm chunks agree
     except BackendUnavailable as e:
         print(f"painted-skin: error: {e} (start one: painted-skin serve --bind {args.url}; "
               "or pass --start-backend PYTHON)", file=sys.stderr)
@@ -336,6 +341,26 @@ def cmd_restyle(args: argparse.Namespace) -> int:
     print(f"restyle: {done}/{summary['frames']} frames done ({summary['written']} written "
           f"now, {summary['dropped']} dropped) in {summary['out']}")
     return 130 if stop["asked"] else 0
+
+
+def _restyle_names(args: argparse.Namespace):
+    """How ``restyle`` names its frames: ``--frame-pattern`` inside OUT/restyled, or a
+    render-output path as ``--out`` (``/farm/sh010/shot_####.png``: its folder becomes
+    the output folder, holding the frames themselves). ``//`` is the shot's folder."""
+    from .addon.blender.restyle_output import DEFAULT_FRAMES, RESTYLED, frames_pattern
+    from .addon.core.frame_patterns import blend_relative, split_output_path
+
+    args.out = blend_relative(args.out, args.shot)
+    folder, names = split_output_path(args.out, ".png", "--out")
+    if names is not None:
+        if args.frame_pattern is not None:
+            raise BadInput(f"--out {args.out!r} is a frame pattern and --frame-pattern is "
+                           "given too: give one of them")
+        args.out = folder
+        return names
+    if args.frame_pattern is None:
+        return DEFAULT_FRAMES
+    return frames_pattern(args.frame_pattern, RESTYLED)
 
 
 def _saved_lines(bar, image_of):

@@ -372,5 +372,17 @@ def test_entry_runs_from_the_installed_extension(shot, tmp_path):
     assert saved(proc) == ["0002.png"]
 
 
+def test_flamenco_restyle_hands_its_frame_pattern_to_every_chunk(tmp_path):
+    tasks = flamenco_tasks({"command": "restyle", "frames": "1-4", "chunk_size": 2,
+                            "out": str(tmp_path), "blendfile": "/s.blend",
+                            "frame_pattern": "sh010_##"})
+    for task in tasks:
+        args = task["commands"][0]["parameters"]["args"]
+        assert args[args.index("--frame-pattern") + 1] == "sh010_##"
+    plain = flamenco_tasks({"command": "restyle", "frames": "1-2", "out": str(tmp_path),
+                            "blendfile": "/s.blend"})
+    assert "--frame-pattern" not in plain[0]["commands"][0]["parameters"]["args"]
+
+
 if __name__ == "__main__":
     sys.exit(emulate_blender(sys.argv[1:]))

@@ -441,3 +441,79 @@ def test_panel_draws_its_controls_and_the_bone_list():
     # Source "Armature": the armature picker replaces the file field.
     assert "PS_RetargetSettings.source_object" in props("object")
     assert "PS_RetargetSettings.source_path" not in props("object")
+
+
+_DRAW_STEPS_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import bpy, painted_skin
+    from painted_skin.addon.blender import operators, passes_ui, retarget_modal
+    from painted_skin.rigs.character import build_demo_character
+
+    def draw(panel):
+        win = bpy.context.window_manager.windows[0]
+        area = next(a for a in win.screen.areas if a.type == "VIEW_3D")
+        region = next(r for r in area.regions if r.type == "UI")
+        with bpy.context.temp_override(window=win, area=area, region=region):
+            pop = bpy.context.window_manager.popover_begin__internal()
+            getattr(bpy.types, panel).draw(pop, bpy.context)
+            return pop.layout.introspect()
+
+    bpy.ops.wm.read_factory_settings(use_empty=True)
+    painted_skin.register()
+    out = {"passes": draw("PS_PT_passes"), "skin": draw("PS_PT_skin")}
+    sk = bpy.context.scene.painted_skin_skin
+    sk.model_choice = "folder"
+    out["skin_folder"] = draw("PS_PT_skin")
+    sk.model_choice = "registry"
+    out["skin_registry"] = draw("PS_PT_skin")
+    passes_ui.RENDER.update(running=True, text="3/10 (frame 3)")
+    out["passes_running"] = draw("PS_PT_passes")
+    passes_ui.RENDER.update(running=False, text="")
+    arm = build_demo_character()
+    bpy.context.scene.painted_skin_retarget.target_object = arm
+    job = operators.RUNNING["job"] = retarget_modal.RetargetJob("none.bvh", arm)
+    out["retarget_running"] = draw("PS_PT_retarget")
+    job.cancel()
+    print("LAYOUT" + json.dumps(out), flush=True)
+    import os
+    os._exit(0)
+""")
+
+
+def test_passes_and_skin_sections_draw_their_controls_and_progress():
+    """The Passes and Skin Model sections' draw() against a real layout: the OpenPose
+    0-1 checkbox, the model picker's field for each choice, and while a render or a
+    retarget runs, its progress with a Cancel button in place of the start button."""
+    proc = subprocess.run([sys.executable, "-c", _DRAW_STEPS_SCRIPT], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    problems = [x for x in (proc.stdout + proc.stderr).splitlines()
+                if "Traceback" in x or "Error:" in x or "not found" in x]
+    assert problems == []
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("LAYOUT"))
+    layouts = {k: _flatten(v) for k, v in json.loads(line[len("LAYOUT"):]).items()}
+
+    def ops(kind):
+        return {it["operator"] for it in layouts[kind] if "operator" in it}
+
+    def props(kind):
+        return {it["rna"].split("[")[0] for it in layouts[kind] if "rna" in it}
+
+    def texts(kind):
+        return [it.get("draw_string", "") for it in layouts[kind]]
+
+    assert "PS_PassesSettings.openpose_normalized" in props("passes")
+    assert "bpy.ops.painted_skin.render_passes()" in ops("passes")
+    assert "bpy.ops.painted_skin.cancel_passes()" not in ops("passes")
+    assert "bpy.ops.painted_skin.cancel_passes()" in ops("passes_running")
+    assert "bpy.ops.painted_skin.render_passes()" not in ops("passes_running")
+    assert "Rendering 3/10 (frame 3)" in texts("passes_running")
+
+    assert "PS_SkinSettings.model_choice" in props("skin")
+    assert not {"PS_SkinSettings.model_folder", "PS_SkinSettings.model_name"} & props("skin")
+    assert "PS_SkinSettings.model_folder" in props("skin_folder")
+    assert "PS_SkinSettings.model_name" in props("skin_registry")
+
+    assert "bpy.ops.painted_skin.cancel_retarget()" in ops("retarget_running")
+    assert "bpy.ops.painted_skin.retarget()" not in ops("retarget_running")
+    assert "Retargeting 0/4 starting" in texts("retarget_running")

@@ -95,3 +95,42 @@ def test_the_scene_registry_file_goes_with_the_local_backend(bpy_clean, tmp_path
     finally:
         local_backend.stop_local_backend()
     assert not path.exists()
+
+
+def _model_folder(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    return folder
+
+
+def test_the_picker_chooses_what_restyle_paints_with(registered, tmp_path):
+    """Trained here ("scene"), a model folder trained elsewhere ("folder", served by a
+    backend started from the panel) or a name in the backend's registry."""
+    from painted_skin.addon.blender import local_backend
+
+    bpy = registered
+    s, r = bpy.context.scene.painted_skin_skin, bpy.context.scene.painted_skin_restyle
+    s.model_dir = str(tmp_path / "here")
+    assert s.model_choice == "scene"
+    s.model_choice = "folder"
+    s.model_folder = str(tmp_path / "nothing")
+    assert not bpy.ops.painted_skin.use_skin_model.poll()  # greyed out, with the reason
+    with pytest.raises(RuntimeError, match="holds no config.json"):
+        bpy.ops.painted_skin.use_skin_model()
+    s.model_folder = str(_model_folder(tmp_path / "hero"))
+    assert bpy.ops.painted_skin.use_skin_model() == {"FINISHED"}
+    assert (r.pipeline, r.model) == ("skin", "folder")
+    env = local_backend.backend_env(None)
+    models = tomllib.loads(Path(env["PAINTED_SKIN_SKIN_MODELS"]).read_text())["models"]
+    assert Path(models["folder"]["path"]) == (tmp_path / "hero").resolve()
+    assert "scene" not in models  # nothing trained here yet
+
+    s.model_choice = "registry"
+    assert not bpy.ops.painted_skin.use_skin_model.poll()
+    with pytest.raises(RuntimeError, match="no model name given"):
+        bpy.ops.painted_skin.use_skin_model()
+    assert r.model == "folder"  # a refused pick changes nothing
+    s.model_name = "demo"
+    assert bpy.ops.painted_skin.use_skin_model() == {"FINISHED"}
+    assert r.model == "demo"
+    local_backend.stop_local_backend()

@@ -11,7 +11,8 @@ from bpy_extras.io_utils import ExportHelper, ImportHelper
 from ..core.bonemap import BoneMap, auto_map, resolve_map
 from ..core.retarget import RetargetOptions
 from .armature_io import read_skeleton
-from .retarget_api import RetargetError, retarget_clip
+from .retarget_api import RetargetError
+from .retarget_modal import STAGES, RetargetJob
 from .session import stash_action
 
 
@@ -70,8 +71,30 @@ class PS_OT_detect_map(bpy.types.Operator):
         return {"FINISHED"}
 
 
+def _source_poll(cls, context) -> bool:
+    s = _settings(context)
+    if s.source_kind == "FILE" and not s.source_path:
+        cls.poll_message_set("no clip chosen: pick a BVH, FBX or glTF file in the Clip field")
+        return False
+    if s.source_kind == "OBJECT" and s.source_object is None:
+        cls.poll_message_set("no source armature chosen: pick the animated armature in the "
+                             "Source armature field")
+        return False
+    return True
+
+
+#: The retarget the panel is running (at most one): its progress and Cancel button.
+RUNNING: dict[str, RetargetJob | None] = {"job": None}
+
+
+def running_job() -> RetargetJob | None:
+    job = RUNNING["job"]
+    return job if job is not None and not job.finished else None
+
+
 class PS_OT_retarget(bpy.types.Operator):
-    """Retarget the clip onto the character and bake an Action (one undo step)"""
+    """Retarget the clip onto the character and bake an Action (one undo step; in the
+    panel it runs in the background: Esc or Cancel stops it and keeps the previous Action)"""
 
     bl_idname = "painted_skin.retarget"
     bl_label = "Retarget"
@@ -86,35 +109,20 @@ class PS_OT_retarget(bpy.types.Operator):
 
     @classmethod
     def poll(cls, context):
-        return _target_poll(cls, context)
+        if running_job() is not None:
+            cls.poll_message_set("a retarget is running: wait for it or press Cancel")
+            return False
+        return _target_poll(cls, context) and _source_poll(cls, context)
 
-    def execute(self, context):
+    def _job(self, context) -> RetargetJob:
+        """The retarget the panel's settings describe, not started yet."""
         s = _settings(context)
-        if s.source_kind == "FILE":
-            if not s.source_path:
-                self.report({"ERROR"}, "no clip chosen: pick a BVH, FBX or glTF file")
-                return {"CANCELLED"}
-            source = bpy.path.abspath(s.source_path)
-        else:
-            source = s.source_object
-            if source is None:
-                self.report({"ERROR"}, "no source armature chosen")
-                return {"CANCELLED"}
+        source = bpy.path.abspath(s.source_path) if s.source_kind == "FILE" else s.source_object
         target_map = _map_from_rows(s) if s.use_edited_map and len(s.target_map) else (
             "auto" if s.target_preset == "AUTO" else s.target_preset)
         source_map = "auto" if s.source_preset == "AUTO" else s.source_preset
         opts = RetargetOptions(in_place=s.in_place, foot_lock=s.foot_lock, ground=s.ground,
                                keep_posture=s.keep_posture)
-        wm = context.window_manager
-        wm.progress_begin(0, 100)
-
-        def progress(fraction: float, message: str) -> None:
-            wm.progress_update(int(fraction * 100))
-            if context.workspace is not None:
-                context.workspace.status_text_set(f"Painted Skin: {message}")
-
-        ad = s.target_object.animation_data
-        previous = ad.action if ad is not None else None
         scene = context.scene
         if self.match_scene:
             timing = {"set_scene": True}
@@ -124,9 +132,20 @@ class PS_OT_retarget(bpy.types.Operator):
             # this scene keeps its own frames (it plays at this rate here already).
             timing = {"set_scene": False, "fps": scene.render.fps / scene.render.fps_base,
                       "frame_start": scene.frame_start if s.source_kind == "FILE" else None}
+        ad = s.target_object.animation_data
+        self._previous = ad.action if ad is not None else None
+        return RetargetJob(source, s.target_object, source_map, target_map, opts, **timing)
+
+    def execute(self, context):
+        # Headless (the CLI, scripts, tests): blocking, progress in the status bar.
+        job = self._job(context)
+        wm = context.window_manager
+        wm.progress_begin(0, STAGES)
         try:
-            report = retarget_clip(source, s.target_object, source_map, target_map, opts,
-                                   progress=progress, **timing)
+            while not job.step():
+                wm.progress_update(job.done)
+                if context.workspace is not None:
+                    context.workspace.status_text_set(f"Painted Skin: {job.message}")
         except RetargetError as e:
             self.report({"ERROR"}, str(e))
             return {"CANCELLED"}
@@ -134,6 +153,45 @@ class PS_OT_retarget(bpy.types.Operator):
             wm.progress_end()
             if context.workspace is not None:
                 context.workspace.status_text_set(None)
+        return self._finish(context, job.report)
+
+    def invoke(self, context, event):
+        if context.window is None:
+            return self.execute(context)
+        self._running = RUNNING["job"] = self._job(context)
+        wm = context.window_manager
+        self._timer = wm.event_timer_add(0.02, window=context.window)
+        wm.modal_handler_add(self)
+        return {"RUNNING_MODAL"}
+
+    def modal(self, context, event):
+        job = self._running
+        if event.type == "ESC" and event.value == "PRESS":
+            job.cancel_requested = True
+        elif event.type != "TIMER":
+            return {"PASS_THROUGH"}
+        try:
+            ended = job.step()
+        except RetargetError as e:
+            self.report({"ERROR"}, str(e))
+            ended = True
+        _redraw_sidebars(context)
+        if not ended:
+            return {"RUNNING_MODAL"}
+        context.window_manager.event_timer_remove(self._timer)
+        if job.report is None:
+            if job.cancel_requested:
+                _settings(context).last_report = "retarget cancelled: the previous action is kept"
+                self.report({"WARNING"}, _settings(context).last_report)
+            return {"CANCELLED"}
+        return self._finish(context, job.report)
+
+    def cancel(self, context):
+        # Blender ends the modal (a file is opened, Blender quits): stop before the bake.
+        self._running.cancel()
+
+    def _finish(self, context, report):
+        s, scene, previous = _settings(context), context.scene, self._previous
         if previous is not None and previous.users == 0:
             # Keep the replaced take in the file, as Blender's own action stash does.
             stash_action(s.target_object, previous)
@@ -153,6 +211,30 @@ class PS_OT_retarget(bpy.types.Operator):
             self.report({"WARNING"}, w)
         self.report({"INFO"}, s.last_report)
         return {"FINISHED"}
+
+
+class PS_OT_cancel_retarget(bpy.types.Operator):
+    """Stop the running retarget before it bakes: the character keeps its previous Action"""
+
+    bl_idname = "painted_skin.cancel_retarget"
+    bl_label = "Cancel"
+
+    @classmethod
+    def poll(cls, context):
+        if running_job() is None:
+            cls.poll_message_set("no retarget is running")
+            return False
+        return True
+
+    def execute(self, context):
+        running_job().cancel_requested = True
+        return {"FINISHED"}
+
+
+def _redraw_sidebars(context) -> None:
+    for area in context.screen.areas if context.screen else ():
+        if area.type == "VIEW_3D":
+            area.tag_redraw()
 
 
 class PS_OT_save_map(bpy.types.Operator, ExportHelper):
@@ -192,4 +274,5 @@ class PS_OT_load_map(bpy.types.Operator, ImportHelper):
         return {"FINISHED"}
 
 
-CLASSES = (PS_OT_detect_map, PS_OT_retarget, PS_OT_save_map, PS_OT_load_map)
+CLASSES = (PS_OT_detect_map, PS_OT_retarget, PS_OT_cancel_retarget, PS_OT_save_map,
+           PS_OT_load_map)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import bpy
 
+from .operators import running_job
+
 
 class PS_UL_bone_map(bpy.types.UIList):
     """Canonical joint -> bone, editable with a bone picker."""
@@ -29,6 +31,7 @@ class PS_PT_retarget(bpy.types.Panel):
     bl_space_type = "VIEW_3D"
     bl_region_type = "UI"
     bl_category = "Painted Skin"
+    bl_order = 0  # the workflow: Retarget, Passes, Backend, Skin Model, Restyle, Results
 
     def draw(self, context):
         s = context.scene.painted_skin_retarget
@@ -57,7 +60,13 @@ class PS_PT_retarget(bpy.types.Panel):
         row.prop(s, "in_place")
         row.prop(s, "foot_lock")
         col.prop(s, "keep_posture")
-        col.operator("painted_skin.retarget", icon="ARMATURE_DATA")
+        job = running_job()
+        if job is not None:
+            row = col.row(align=True)
+            row.label(text=f"Retargeting {job.progress_text}", icon="TIME")
+            row.operator("painted_skin.cancel_retarget", icon="CANCEL")
+        else:
+            col.operator("painted_skin.retarget", icon="ARMATURE_DATA")
         if s.last_report:
             col.label(text=s.last_report, icon="INFO")
 

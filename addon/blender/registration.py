@@ -41,7 +41,7 @@ def register() -> None:
     register_classes(BASE_CLASSES, **BASE_SETTINGS)
     ui = _restyle_ui()
     if ui is not None:
-        register_classes(ui.CLASSES, **ui.SCENE_SETTINGS)
+        ui.register()  # its classes, its Scene settings and the backend status timer
         _REGISTERED["restyle_ui"] = ui
 
 

@@ -248,12 +248,13 @@ def restyle_shot(scene: bpy.types.Scene, out_dir: str | Path, url: str = DEFAULT
         todo = [f for f in frames if not frame_done(out, f)]
         done = len(frames) - len(todo)
         summary = {"frames": len(frames), "skipped": done, "written": 0, "dropped": 0,
-                   "reconnects": 0, "seconds": 0.0, "out": str(out / RESTYLED)}
+                   "reconnects": 0, "seconds": 0.0,
+                   "out": str(result_path(out, frames[0]).parent if frames else out / RESTYLED)}
         if progress:
             progress(done, len(frames), frames[0] if frames else 0)
         if not todo:
             return summary
-        (out / RESTYLED).mkdir(parents=True, exist_ok=True)
+        result_path(out, todo[0]).parent.mkdir(parents=True, exist_ok=True)
         own = client is None
         if client is None:
             client = BackendClient(url, keys=keys, timeout_s=timeout_s, on_dead=on_dead)

@@ -8,10 +8,16 @@ re-run (or a farm chunk) resumes; a chained shot's frame needs the frame before 
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
 from pathlib import Path
 
+from ...wire.options import CrossFrameError
+from ...wire.options import cross_frame_mode as wire_cross_frame_mode
 from ..core.atomic import read_json, write_json_atomic
 from ..core.folder_lock import FolderRun, join_run
+from ..core.frame_patterns import FramePattern, parse_frame_pattern
 from .shot_geometry import ShotError
 
 RESTYLED = "restyled"
@@ -23,8 +29,37 @@ SHOT_KEYS = ("pipeline", "prompt", "negative_prompt", "seed", "width", "height",
 STATELESS_PIPELINES = frozenset({"echo"})
 
 
+#: Where a run writes its frames inside the output folder: ``restyled/####.png``
+#: unless the run was given a farm's pattern (see :func:`frame_names`).
+DEFAULT_FRAMES = FramePattern(RESTYLED, "", 4, ".png")
+PATTERN_KEY = "frame_pattern"  # in the settings file: one folder, one naming
+_FRAMES: ContextVar[FramePattern] = ContextVar("restyle_frames", default=DEFAULT_FRAMES)
+
+
+def frames_pattern(text: str, folder: str = RESTYLED) -> FramePattern:
+    """A restyle frame pattern (``shot_####``, ``shot_####.png``) inside ``folder``
+    of the output folder ("": the output folder itself)."""
+    p = parse_frame_pattern(text, ".png", "--frame-pattern")
+    if p.folder:
+        raise ShotError(f"--frame-pattern {text!r} holds a folder: give only the file "
+                        "name (e.g. shot_####.png), or put the pattern at the end of --out")
+    return FramePattern(folder, p.prefix, p.digits, p.suffix)
+
+
+@contextlib.contextmanager
+def frame_names(pattern: FramePattern) -> Iterator[FramePattern]:
+    """Name the frames of the restyle run(s) inside this block by ``pattern``. The
+    layout functions below take (out, frame) everywhere a run reads or writes a
+    frame; the pattern belongs to the run, so it is set once around it."""
+    token = _FRAMES.set(pattern)
+    try:
+        yield pattern
+    finally:
+        _FRAMES.reset(token)
+
+
 def result_path(out: Path, f: int) -> Path:
-    return Path(out) / RESTYLED / f"{f:04d}.png"
+    return _FRAMES.get().path(out, f)
 
 
 def frame_done(out: Path, f: int) -> bool:
@@ -41,9 +76,14 @@ class ChainBroken(ShotError):
 
 
 def cross_frame_mode(options: dict | None) -> str | None:
-    """The cross-frame attention anchor of ``options`` ("first", "previous"), None: off."""
+    """The cross-frame attention anchor of ``options`` ("first", "previous"), None: off
+    (the wire's vocabulary). A value outside it counts as anchored: the backend refuses
+    it on OPEN, and until then the shot is treated as one painted in order."""
     cf = (options or {}).get("cross_frame")
-    return None if cf in (None, False, "", "off", "none") else "first" if cf is True else str(cf)
+    try:
+        return wire_cross_frame_mode(cf)
+    except CrossFrameError:
+        return str(cf)
 
 
 def is_temporal(pipeline: str | None, options: dict | None) -> bool:
@@ -93,13 +133,33 @@ def _settings_diff(out: Path, settings: dict) -> list[str]:
     return [k for k in SHOT_KEYS if old.get(k) != settings.get(k)]
 
 
+def _check_names(out: Path, names: FramePattern) -> None:
+    """Refuse a run naming its frames otherwise than the frames already in ``out``:
+    a resumed farm task would not see them, and paint the shot a second time."""
+    path = out / SETTINGS_FILE
+    if not path.exists():
+        return
+    try:
+        old = read_json(path, "restyle settings").get(PATTERN_KEY) or DEFAULT_FRAMES.text()
+    except ValueError as e:
+        raise ShotError(str(e)) from None
+    if old != names.text():
+        raise ShotError(f"{out} holds frames named {old} (this run: {names.text()}): "
+                        f"pass --frame-pattern as before, or use another output folder")
+
+
 def check_settings(out: Path, settings: dict) -> FolderRun:
     """Refuse to mix frames made with other settings in one folder: frames on disk,
     or another run writing it now with other settings. Returns the folder lock this
     run holds until it is closed (runs with the same settings share the folder)."""
+    names = _FRAMES.get()
+    _check_names(out, names)
+    if names != DEFAULT_FRAMES:
+        settings = {**settings, PATTERN_KEY: names.text()}
+
     def write() -> None:
         diff = _settings_diff(out, settings)
-        if diff and any((out / RESTYLED).glob("[0-9]*.png")):
+        if diff and any((out / names.folder).glob(names.glob())):
             raise ShotError(f"{out} holds frames restyled with other settings "
                             f"({', '.join(diff)}): use another output folder or delete it")
         write_json_atomic(out / SETTINGS_FILE, settings, indent=1)

@@ -1,5 +1,7 @@
-"""The Restyle step in Blender's UI: its Scene settings, the operators (restyle the
-shot, connect, start and stop a local backend) and the Backend/Restyle panel.
+"""The Restyle step in Blender's UI: the operators that restyle the shot and connect,
+start and stop a local backend, and the registration of the whole step (settings in
+:mod:`.restyle_settings`, panel in :mod:`.restyle_panel`, results in :mod:`.results_ui`,
+the live backend status in :mod:`.backend_status`).
 
 In the UI a modal operator polls the backend client on an event timer (progress in the
 status bar, Esc cancels) and shows the result as an image sequence; headless (``blender
@@ -9,15 +11,15 @@ status bar, Esc cancels) and shows the result as an image sequence; headless (``
 
 from __future__ import annotations
 
-import json
 import time
-from pathlib import Path
 
 import bpy
-from bpy.props import BoolProperty, EnumProperty, FloatProperty, IntProperty, StringProperty
+from bpy.props import FloatProperty, IntProperty, StringProperty
 
+from ..core.backend_status import BackendStatus, parse_status
+from .backend_status import LINE, LIVE, ensure_timer, stop_timer
 from .classes import register_classes, unregister_classes
-from .client import DEFAULT_URL, BackendClient, BackendError, BackendUnavailable, Result
+from .client import BackendClient, BackendError, BackendUnavailable, Result
 from .local_backend import (
     LOCAL,
     backend_python,
@@ -27,7 +29,7 @@ from .local_backend import (
     start_local_backend,
     stop_local_backend,
 )
-from .out_paths import PATH_OPTIONS, UnwritableOutput, output_folder
+from .out_paths import UnwritableOutput
 from .preferences import preferences
 from .restyle import (
     CarrySource,
@@ -39,60 +41,27 @@ from .restyle import (
     write_result,
 )
 from .restyle_output import RESTYLED, check_settings, frame_done
+from .restyle_panel import CLASSES as PANEL_CLASSES
+from .restyle_panel import ActiveRun
+from .restyle_settings import (
+    PS_RestyleReference,
+    PS_RestyleSettings,
+    backend_url,
+    keys_folder,
+    out_folder,
+    reference_images,
+    restyle_args,
+    settings,
+)
 from .restyle_viewer import show_results
+from .results_ui import CLASSES as RESULT_CLASSES
 from .shot_geometry import ShotError
 
-# What the panel shows of the backend: the last Connect's status line, a failed start's log.
-_STATUS = {"text": "not connected", "ok": False, "log_tail": ""}
+# What the panel shows of the backend: the last ping's status line, a failed start's log.
+_STATUS = LINE
 
 
-class PS_RestyleSettings(bpy.types.PropertyGroup):
-    """The panel's fields (``Scene.painted_skin_restyle``), saved with the .blend."""
-
-    url: StringProperty(name="URL", default="",
-                        description="Backend address (empty: the add-on preferences' URL)")
-    pipeline: StringProperty(name="Pipeline", default="echo")
-    model: StringProperty(name="Model", default="",
-                          description="Model registry name (empty: the pipeline's default)")
-    steps: IntProperty(name="Steps", default=4, min=1, max=100,
-                       description="Denoising steps (4-8 with a few-step scheduler)")
-    temporal: BoolProperty(name="Temporal", default=True,
-                           description="Start each frame from the previous one warped by the "
-                                       "motion vectors (steadier frames)")
-    cross_frame: EnumProperty(name="Cross-Frame", default="off", items=[
-        ("off", "Off", "Plain attention"),
-        ("first", "First Frame", "Every frame also attends to the shot's first frame"),
-        ("previous", "Previous Frame", "Every frame also attends to the frame before")])
-    extra_options: StringProperty(name="Extra Options", default="",
-                                  description='More pipeline options as a JSON object, e.g. '
-                                              '{"scheduler": "lcm", "controlnets": ["depth"]}')
-    prompt: StringProperty(name="Prompt", default="")
-    negative_prompt: StringProperty(name="Negative", default="")
-    seed: IntProperty(name="Seed", default=0, min=0)
-    width: IntProperty(name="Width", default=512, min=16, max=8192)
-    height: IntProperty(name="Height", default=512, min=16, max=8192)
-    out_dir: StringProperty(name="Output", subtype="DIR_PATH", default="//restyle/",
-                            options=PATH_OPTIONS)
-    use_vse: BoolProperty(name="Add VSE Strip", default=False,
-                          description="Also put the result in the Sequencer")
-
-
-def _settings(context) -> PS_RestyleSettings:
-    return context.scene.painted_skin_restyle
-
-
-def backend_url(context) -> str:
-    s, p = _settings(context), preferences(context)
-    return s.url or (p.url if p is not None else "") or DEFAULT_URL
-
-
-def _keys(context) -> str | None:
-    p = preferences(context)
-    return bpy.path.abspath(p.keys_dir) if p is not None and p.keys_dir else None
-
-
-def _out(context) -> Path:
-    return output_folder(_settings(context).out_dir, "restyle")
+_settings, _keys, _out = settings, keys_folder, out_folder
 
 
 # -- operators ---------------------------------------------------------------------------------
@@ -110,34 +79,28 @@ def error_text(e: Exception) -> str:
     return text
 
 
-def restyle_args(s: PS_RestyleSettings) -> dict:
-    """The panel's settings as :func:`restyle_shot` arguments (options: the panel's
-    fields, then the Extra Options JSON over them)."""
-    options: dict = {"steps": s.steps, "temporal": s.temporal}
-    if s.model:
-        options["model"] = s.model
-    if s.cross_frame != "off":
-        options["cross_frame"] = s.cross_frame
-    if s.extra_options.strip():
-        try:
-            extra = json.loads(s.extra_options)
-        except ValueError as e:
-            raise ShotError(f"Extra Options is not valid JSON ({e}): write an object, e.g. "
-                            '{"scheduler": "lcm"}') from None
-        if not isinstance(extra, dict):
-            raise ShotError('Extra Options must be a JSON object, e.g. {"scheduler": "lcm"}')
-        options.update(extra)
-    return {"pipeline": s.pipeline, "prompt": s.prompt, "negative_prompt": s.negative_prompt,
-            "seed": s.seed, "options": options}
-
-
 class PS_OT_restyle(bpy.types.Operator):
-    """Restyle the scene's frame range through the backend (Esc cancels; re-running resumes)"""
+    """Restyle the scene's frame range through the backend (Esc or Cancel stops; re-running
+    resumes)"""
 
     bl_idname = "painted_skin.restyle"
     bl_label = "Restyle Shot"
 
     _timer = None
+    _client: BackendClient | None = None
+
+    @classmethod
+    def poll(cls, context):
+        s = _settings(context)
+        why = ("a restyle is running: Cancel it first" if ActiveRun.op is not None
+               else "choose a pipeline" if not s.pipeline.strip()
+               else "choose an Output folder" if not s.out_dir.strip()
+               else "the Output folder is relative to the .blend, which is not saved yet: "
+                    "save it first, or choose an absolute folder"
+               if s.out_dir.startswith("//") and not bpy.data.filepath else None)
+        if why:
+            cls.poll_message_set(why)
+        return why is None
 
     def _args(self, context) -> dict:
         return restyle_args(_settings(context))
@@ -148,7 +111,8 @@ class PS_OT_restyle(bpy.types.Operator):
         try:
             summary = restyle_shot(context.scene, _out(context), backend_url(context),
                                    size=(s.width, s.height), keys=_keys(context),
-                                   on_dead=restart_local_if_dead, **self._args(context))
+                                   on_dead=restart_local_if_dead, refs=reference_images(s),
+                                   **self._args(context))
         except (ShotError, BackendError, UnwritableOutput, OSError) as e:
             self.report({"ERROR"}, error_text(e))
             return {"CANCELLED"}
@@ -178,7 +142,8 @@ class PS_OT_restyle(bpy.types.Operator):
             self._client = BackendClient(backend_url(context), keys=_keys(context),
                                          on_dead=restart_local_if_dead)
             pipeline = args.pop("pipeline")
-            self._client.open(pipeline, s.width, s.height, wait=False, **args)
+            self._client.open(pipeline, s.width, s.height, wait=False,
+                              refs=reference_images(s), **args)
             (self._out / RESTYLED).mkdir(parents=True, exist_ok=True)
             w, h = s.width, s.height
             carry = CarrySource(scene, self._out, w, h, options=args.get("options"),
@@ -200,6 +165,7 @@ class PS_OT_restyle(bpy.types.Operator):
         wm.progress_update(self._done)
         self._timer = wm.event_timer_add(0.05, window=context.window)
         wm.modal_handler_add(self)
+        ActiveRun.op = self
         return {"RUNNING_MODAL"}
 
     def _on_result(self, r: Result, width: int, height: int) -> None:
@@ -224,6 +190,9 @@ class PS_OT_restyle(bpy.types.Operator):
             self.report({"ERROR"}, error_text(shot.error))
             return self._finish(context)
         context.window_manager.progress_update(self._done)
+        if getattr(self, "_shown", None) != self._done:
+            self._shown = self._done
+            _redraw(context)  # the panel's "n/N frames"
         step = (f", frame {shot.last_progress[0]} step {shot.last_progress[1]}/"
                 f"{shot.last_progress[2]}" if shot.last_progress else "")
         context.workspace.status_text_set(
@@ -233,6 +202,7 @@ class PS_OT_restyle(bpy.types.Operator):
         return {"RUNNING_MODAL"}
 
     def _finish(self, context):
+        ActiveRun.op = None
         wm = context.window_manager
         wm.event_timer_remove(self._timer)
         wm.progress_end()
@@ -266,18 +236,17 @@ class PS_OT_backend_connect(bpy.types.Operator):
             with BackendClient(url, keys=_keys(context), timeout_s=self.timeout) as c:
                 st = c.status()
         except BackendError as e:
-            _STATUS.update(text=f"no backend at {url}", ok=False)
+            LIVE.record(BackendStatus(url=url, error=str(e)))
             self.report({"ERROR"}, str(e))
             return {"CANCELLED"}
-        _STATUS.update(text=status_line(url, st), ok=True)
+        LIVE.record(parse_status(url, st))
         self.report({"INFO"}, _STATUS["text"])
         return {"FINISHED"}
 
 
 def status_line(url: str, st: dict) -> str:
-    devices = ", ".join(map(str, st.get("devices") or [])) or "?"
-    return (f"{url}: v{st.get('version', '?')}, {devices}, queue {st.get('queue_depth', 0)}, "
-            f"{st.get('sessions', 0)} session(s)")
+    """The panel's line for a STATUS reply ``st`` from ``url``."""
+    return parse_status(url, st).line()
 
 
 def _log_lines(text: str, n: int = 6) -> str:
@@ -298,14 +267,15 @@ class PS_OT_backend_start(bpy.types.Operator):
     bl_idname = "painted_skin.backend_start"
     bl_label = "Start Local Backend"
 
-    timeout: IntProperty(name="Timeout", default=60, min=1)
+    timeout: IntProperty(name="Timeout", default=60, min=1,
+                         description="Seconds to wait for the backend to answer")
 
     def _python(self, context) -> str:
         p = preferences(context)
         return backend_python(p.python if p is not None else "")
 
     def _failed(self, e: BackendError):
-        _STATUS.update(text="local backend failed to start", ok=False,
+        _STATUS.update(text="local backend failed to start", ok=False, busy=False,
                        log_tail=_log_lines(e.message if e.code == "exited"
                                            else LOCAL.log_tail()))
         self.report({"ERROR"}, str(e))
@@ -317,7 +287,7 @@ class PS_OT_backend_start(bpy.types.Operator):
             start_local_backend(self._python(context), backend_url(context), self.timeout)
         except BackendError as e:
             return self._failed(e)
-        _STATUS["log_tail"] = ""
+        _STATUS.update(log_tail="", busy=False)
         return bpy.ops.painted_skin.backend_connect()
 
     def invoke(self, context, event):
@@ -331,7 +301,7 @@ class PS_OT_backend_start(bpy.types.Operator):
             return self._failed(e)
         self._client = BackendClient(url, timeout_s=1.0)
         self._t0 = time.monotonic()
-        _STATUS.update(text="starting local backend…", ok=False, log_tail="")
+        _STATUS.update(text="starting local backend…", ok=False, log_tail="", busy=True)
         wm = context.window_manager
         self._timer = wm.event_timer_add(0.25, window=context.window)
         wm.modal_handler_add(self)
@@ -362,6 +332,7 @@ class PS_OT_backend_start(bpy.types.Operator):
         self._client.close(timeout_s=0.1)
         _redraw(context)
         if outcome == "up":
+            _STATUS["busy"] = False
             return bpy.ops.painted_skin.backend_connect()
         return outcome
 
@@ -378,61 +349,17 @@ class PS_OT_backend_stop(bpy.types.Operator):
         return {"FINISHED"}
 
 
-class PS_PT_restyle(bpy.types.Panel):
-    bl_idname = "PS_PT_restyle"
-    bl_label = "Restyle"
-    bl_space_type = "VIEW_3D"
-    bl_region_type = "UI"
-    bl_category = "Painted Skin"
-
-    def draw(self, context):
-        s = _settings(context)
-        col = self.layout.column()
-        col.label(text=_STATUS["text"], icon="LINKED" if _STATUS["ok"] else "UNLINKED")
-        for line in _STATUS.get("log_tail", "").splitlines():
-            col.label(text=line[:120])
-        p = preferences(context)
-        if bpy.app.binary_path and p is not None and not p.python:
-            col.label(text="Set Preferences > Add-ons > Painted Skin > Backend Python",
-                      icon="INFO")
-            col.label(text="to start a local backend (or Connect to a running one)")
-        row = col.row(align=True)
-        row.prop(s, "url", text="")
-        row.operator("painted_skin.backend_connect", text="", icon="FILE_REFRESH")
-        row = col.row(align=True)
-        if LOCAL.running():
-            row.operator("painted_skin.backend_stop", icon="CANCEL")
-        else:
-            row.operator("painted_skin.backend_start", icon="PLAY")
-        col.separator()
-        col.prop(s, "pipeline")
-        col.prop(s, "model")
-        col.prop(s, "prompt")
-        col.prop(s, "negative_prompt")
-        row = col.row(align=True)
-        row.prop(s, "seed")
-        row.prop(s, "steps")
-        row = col.row(align=True)
-        row.prop(s, "temporal")
-        row.prop(s, "cross_frame", text="")
-        col.prop(s, "extra_options")
-        row = col.row(align=True)
-        row.prop(s, "width")
-        row.prop(s, "height")
-        col.prop(s, "out_dir")
-        col.prop(s, "use_vse")
-        col.operator("painted_skin.restyle", icon="BRUSH_DATA")
-
-
-CLASSES = (PS_RestyleSettings, PS_OT_restyle, PS_OT_backend_connect,
-           PS_OT_backend_start, PS_OT_backend_stop, PS_PT_restyle)
+CLASSES = (PS_RestyleReference, PS_RestyleSettings, PS_OT_restyle, PS_OT_backend_connect,
+           PS_OT_backend_start, PS_OT_backend_stop, *PANEL_CLASSES, *RESULT_CLASSES)
 SCENE_SETTINGS = {"painted_skin_restyle": PS_RestyleSettings}
 
 
 def register() -> None:
     register_classes(CLASSES, **SCENE_SETTINGS)
+    ensure_timer()
 
 
 def unregister() -> None:
+    stop_timer()
     stop_local_backend()
     unregister_classes(CLASSES, *SCENE_SETTINGS)

@@ -30,6 +30,7 @@ class PS_PT_restyle(bpy.types.Panel):
     bl_space_type = "VIEW_3D"
     bl_region_type = "UI"
     bl_category = "Painted Skin"
+    bl_order = 4
 
     def draw(self, context):
         col = self.layout.column()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -244,17 +244,49 @@ def retarget_clip(
     ``posture`` says which was used ("character" or "source").
     """
     report = progress or (lambda f, msg: None)
+    steps = retarget_steps(source, target, source_map, target_map, options, action_name,
+                           set_scene, clip_action, fps, frame_start, keep_posture)
+    while True:
+        try:
+            fraction, message = next(steps)
+        except StopIteration as done:
+            return done.value
+        report(fraction, message)
+
+
+def retarget_steps(
+    source: str | Path | bpy.types.Object,
+    target: bpy.types.Object,
+    source_map: str | Path | BoneMap | None = "auto",
+    target_map: str | Path | BoneMap | None = "auto",
+    options: RetargetOptions | None = None,
+    action_name: str | None = None,
+    set_scene: bool = True,
+    clip_action: str | None = None,
+    fps: float | None = None,
+    frame_start: int | None = None,
+    keep_posture: bool = False,
+) -> Generator[tuple[float, str], None, RetargetReport]:
+    """:func:`retarget_clip` one stage at a time, for a caller with an event loop.
+
+    Yields ``(fraction, message)`` before each stage (read the clip, map the bones,
+    solve, bake) and returns the report. Nothing in the scene changes before the bake
+    stage, which runs whole: closing the generator before it leaves the target as it
+    was, which is how the panel's Cancel keeps a half-written Action out of the file.
+    """
     if keep_posture:
         options = replace(options or RetargetOptions(), keep_posture=True)
     if target is None or target.type != "ARMATURE":
         raise RetargetError("no target armature: choose the character's armature")
+    # Stage timings exclude the pauses at each yield (a modal caller's timer ticks).
+    yield 0.05, "reading clip"
     t0 = time.perf_counter()
-    report(0.05, "reading clip")
     src = load_source(source, clip_action)
     if src.motion.frames < 1:
         raise RetargetError(f"clip {src.name!r} has no frames")
     t_read = time.perf_counter()
-    report(0.3, "mapping bones")
+    yield 0.3, "mapping bones"
+    t_map = time.perf_counter()
     smap = _map_for(src.skeleton, source_map, "source clip", "--map")
     tgt_skel = read_skeleton(target)
     tmap = _map_for(tgt_skel, target_map, "target character", "--target-map")
@@ -268,7 +300,9 @@ def retarget_clip(
     warnings = list(src.warnings)
     if not any(c.type == "MESH" for c in target.children_recursive):
         warnings.append(f"target {target.name!r} has no mesh: only the armature will move")
-    report(0.4, "solving")
+    t_mapped = time.perf_counter()
+    yield 0.4, "solving"
+    t_solving = time.perf_counter()
     try:
         basis_now = np.array([np.array(target.pose.bones[b].matrix_basis)
                               for b in tgt_skel.names])
@@ -286,7 +320,8 @@ def retarget_clip(
         bake_fps = source_fps
     frames = int(basis_rot.shape[0])
     t_solve = time.perf_counter()
-    report(0.7, "baking action")
+    yield 0.7, "baking action"
+    t_baking = time.perf_counter()
     action = write_action(target, tgt_skel, basis_rot, basis_loc, result.keyed,
                           start, action_name or src.name)
     if set_scene:
@@ -296,7 +331,7 @@ def retarget_clip(
         scene.frame_start = start
         scene.frame_end = start + frames - 1
     t_bake = time.perf_counter()
-    report(1.0, "done")
+    yield 1.0, "done"
     foot = result.foot
     return RetargetReport(
         source=str(source.name if isinstance(source, bpy.types.Object) else source),
@@ -314,7 +349,8 @@ def retarget_clip(
         foot_skate_cm_before=foot.skate_before_cm if foot else None,
         foot_skate_cm_after=foot.skate_after_cm if foot else None,
         warnings=warnings + _no_motion_warnings(tmap, result.pairs) + result.warnings,
-        timings_s={"read": t_read - t0, "solve": t_solve - t_read, "bake": t_bake - t_solve},
+        timings_s={"read": t_read - t0, "solve": (t_mapped - t_map) + (t_solve - t_solving),
+                   "bake": t_bake - t_baking},
         source_fps=source_fps,
         source_frames=src.motion.frames,
         posture="character" if result.keep_posture else "source",

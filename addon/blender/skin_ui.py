@@ -23,6 +23,7 @@ from bpy.props import BoolProperty, EnumProperty, FloatProperty, IntProperty, St
 from .classes import register_classes, unregister_classes
 from .out_paths import PATH_OPTIONS
 from .preferences import preferences
+from .shot_geometry import render_meshes
 
 _RUN: dict = {"proc": None, "lines": collections.deque(maxlen=50), "status": ""}
 
@@ -36,11 +37,26 @@ class PS_SkinSettings(bpy.types.PropertyGroup):
                            description="Training time budget (the schedule is fitted to it)")
     size: EnumProperty(name="Size", default="128", items=[
         ("128", "128²", "Fast; the default on a CPU"),
-        ("256", "256²", "Sharper; for a GPU")])
+        ("256", "256²", "Sharper; for a GPU")],
+        description="Resolution the model is trained and paints at")
     device: EnumProperty(name="Device", default="cpu", items=[
-        ("cpu", "CPU", "Train on the CPU"), ("cuda", "CUDA", "Train on an NVIDIA GPU")])
+        ("cpu", "CPU", "Train on the CPU"), ("cuda", "CUDA", "Train on an NVIDIA GPU")],
+        description="Where the Backend Python trains")
     resume: BoolProperty(name="Resume", default=False,
                          description="Continue the last (interrupted) training of this folder")
+    model_choice: EnumProperty(name="Restyle With", default="scene", items=[
+        ("scene", "Trained Here", "The model Train wrote to the Model Folder above"),
+        ("folder", "Model Folder", "A skin model folder trained elsewhere (config.json, ONNX)"),
+        ("registry", "Registry Name", "A model the backend's registry serves by name")],
+        description="Which skin model Restyle paints with")
+    model_folder: StringProperty(name="Trained Model", subtype="DIR_PATH", default="",
+                                 options=PATH_OPTIONS,
+                                 description="A skin model folder (the one train-skin wrote: "
+                                             "config.json and the ONNX graph); a backend "
+                                             "started from this panel serves it")
+    model_name: StringProperty(name="Model Name", default="",
+                               description="The name of a model in the backend's registry "
+                                           "(e.g. demo, the embedded one)")
 
 
 def _settings(context) -> PS_SkinSettings:
@@ -93,11 +109,17 @@ class PS_OT_train_skin(bpy.types.Operator):
     bl_label = "Train Skin Model"
 
     frames_per_clip: IntProperty(name="Frames per Clip", default=48, min=2,
-                                 options={"HIDDEN"})
-    samples: IntProperty(name="Samples", default=16, min=1, options={"HIDDEN"})
+                                 options={"HIDDEN"},
+                                 description="Training frames rendered from each motion")
+    samples: IntProperty(name="Samples", default=16, min=1, options={"HIDDEN"},
+                         description="Cycles samples per training frame")
 
     @classmethod
     def poll(cls, context):
+        if not render_meshes(context.scene):
+            cls.poll_message_set("no character mesh in the scene: import or show the character "
+                                 "to train on")
+            return False
         if not bpy.data.filepath:
             cls.poll_message_set("Save the .blend first: training reads the saved character")
             return False
@@ -189,30 +211,80 @@ class PS_OT_cancel_training(bpy.types.Operator):
         return {"FINISHED"}
 
 
+class SkinModelError(ValueError):
+    """The chosen skin model cannot be used; the message says how to fix it."""
+
+
+def chosen_skin_model(context=None) -> str:
+    """The registry name Restyle sends as its ``model`` option for the model the panel
+    picks: "scene" (trained here; the embedded "demo" until one is), "folder" (a picked
+    folder) or a registry name. A backend started from the panel serves the first two
+    through :func:`scene_models`."""
+    context = context or bpy.context
+    s = _settings(context)
+    if s.model_choice == "registry":
+        if not s.model_name.strip():
+            raise SkinModelError("no model name given: type a name the backend's registry "
+                                 "serves (e.g. demo) or choose another model")
+        return s.model_name.strip()
+    if s.model_choice == "folder":
+        folder = _folder(s.model_folder)
+        if folder is None or not (folder / "config.json").is_file():
+            raise SkinModelError(f"the model folder {s.model_folder or '(none)'!r} holds no "
+                                 "config.json: pick a folder train-skin wrote")
+        return "folder"
+    return "scene" if "scene" in scene_models(context) else "demo"
+
+
+def _folder(path: str) -> Path | None:
+    return Path(bpy.path.abspath(path)) if path.strip() else None
+
+
 class PS_OT_use_skin_model(bpy.types.Operator):
-    """Restyle with the skin model: the Restyle section's pipeline becomes "skin" (the
-    backend serves models of its registry by name; "demo" is the embedded one)"""
+    """Restyle with the skin model: the Restyle section's pipeline becomes "skin" and its
+    model the one picked here (a backend started from this panel serves a model trained
+    here as "scene" and a picked folder as "folder")"""
 
     bl_idname = "painted_skin.use_skin_model"
     bl_label = "Restyle with Skin Model"
 
+    @classmethod
+    def poll(cls, context):
+        if not hasattr(context.scene, "painted_skin_restyle"):
+            cls.poll_message_set("the Restyle section is not available (see its panel)")
+            return False
+        try:
+            chosen_skin_model(context)
+        except SkinModelError as e:
+            cls.poll_message_set(str(e))
+            return False
+        return True
+
     def execute(self, context):
+        try:
+            name = chosen_skin_model(context)
+        except SkinModelError as e:
+            self.report({"ERROR"}, str(e))
+            return {"CANCELLED"}
         r = context.scene.painted_skin_restyle
-        # A model trained here is served by a backend started from this panel under the
-        # name "scene" (its registry lists the folder); otherwise the embedded demo.
-        r.pipeline, r.model = "skin", "scene" if scene_models(context) else "demo"
+        r.pipeline, r.model = "skin", name
+        self.report({"INFO"}, f"Restyle paints with the skin model {name!r}")
         return {"FINISHED"}
 
 
 def scene_models(context=None) -> dict[str, str]:
     """Models a local backend started from the panel may serve besides the registry's:
-    this scene's trained folder as "scene"."""
+    this scene's trained folder as "scene", the picked model folder as "folder"."""
     context = context or bpy.context
     s = getattr(context.scene, "painted_skin_skin", None)
     if s is None:
         return {}
-    folder = Path(bpy.path.abspath(s.model_dir))
-    return {"scene": str(folder)} if (folder / "config.json").is_file() else {}
+    out = {}
+    for name, path in (("scene", s.model_dir), ("folder", s.model_folder)):
+        folder = _folder(path)
+        if folder is not None and (folder / "config.json").is_file():
+            out[name] = str(folder)
+    return out
 
 
 class PS_PT_skin(bpy.types.Panel):
@@ -221,6 +293,7 @@ class PS_PT_skin(bpy.types.Panel):
     bl_space_type = "VIEW_3D"
     bl_region_type = "UI"
     bl_category = "Painted Skin"
+    bl_order = 3
 
     def draw(self, context):
         s = _settings(context)
@@ -238,6 +311,12 @@ class PS_PT_skin(bpy.types.Panel):
             col.operator(PS_OT_train_skin.bl_idname, icon="PLAY")
         if _RUN["status"]:
             col.label(text=_RUN["status"][:120])
+        col.separator()
+        col.prop(s, "model_choice")
+        if s.model_choice == "folder":
+            col.prop(s, "model_folder")
+        elif s.model_choice == "registry":
+            col.prop(s, "model_name")
         if hasattr(context.scene, "painted_skin_restyle"):
             col.operator(PS_OT_use_skin_model.bl_idname, icon="BRUSH_DATA")
 

@@ -15,6 +15,14 @@ or a local folder/file. Example (``registry.toml`` beside this file)::
                    weight_name = "ip-adapter_sd15.safetensors",
                    image_encoder = "h94/IP-Adapter/models/image_encoder", scale = 0.6 }
 
+    [models.my-finetune]                  # one A1111 / ComfyUI / Civitai checkpoint file
+    base = "~/models/dreamshaper_8.safetensors"
+    config = "~/models/sd15-config"       # a diffusers folder of the same architecture
+
+A single-file base is read with diffusers' ``from_single_file``; ``config`` gives it
+the component configs, tokenizer and scheduler (weights not needed), so nothing is
+asked of the hub.
+
 :func:`check_weights` lists what is missing (which component, where it looked,
 how to provide it) without loading anything; the backend calls it before a
 shot starts. ``HF_HUB_OFFLINE=1`` or ``local_files_only = true`` in the entry
@@ -24,6 +32,7 @@ make every hub id resolve from the cache only.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +42,10 @@ CONTROL_KINDS = ("depth", "normal", "openpose")
 PASS_OF_CONTROL = {"depth": "depth", "normal": "normal", "openpose": "skeleton"}
 DEFAULT_REGISTRY = Path(__file__).with_name("registry.toml")
 _PIPELINE_PARTS = ("unet", "vae", "text_encoder", "tokenizer", "scheduler")
+#: A base that is one checkpoint file (A1111 / ComfyUI), not a diffusers folder.
+SINGLE_FILE_TYPES = (".safetensors",)
+_WEIGHT_FILE = re.compile(r"\.(safetensors|ckpt|bin|pt|pth)$", re.IGNORECASE)
+_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")  # C:\models\x, D:/models/x
 
 
 class MissingWeights(RuntimeError):
@@ -54,8 +67,18 @@ class Source:
 
     @property
     def is_local(self) -> bool:
+        """A path, not a hub id: absolute, ``~``, ``./``, a drive letter or a UNC path,
+        a weight file's name, or anything that exists here (``models/sd15``)."""
         r = self.ref
-        return r.startswith(("/", ".", "~")) or os.path.exists(os.path.expanduser(r))
+        return (r.startswith(("/", ".", "~", "\\")) or bool(_DRIVE.match(r))
+                or bool(_WEIGHT_FILE.search(r)) or os.path.exists(os.path.expanduser(r)))
+
+    @property
+    def is_single_file(self) -> bool:
+        """A local single-file checkpoint (``*.safetensors``), loaded with
+        ``from_single_file`` rather than ``from_pretrained``."""
+        return self.is_local and not self.subfolder and \
+            self.ref.lower().endswith(SINGLE_FILE_TYPES)
 
     @classmethod
     def parse(cls, value: Any) -> Source:
@@ -92,6 +115,8 @@ class ModelEntry:
     ip_adapter: IPAdapter | None = None
     scheduler: str = "lcm"
     local_files_only: bool = False
+    #: a diffusers folder with the configs of a single-file ``base`` (no weights needed)
+    config: Source | None = None
 
 
 def parse_entry(name: str, table: dict[str, Any]) -> ModelEntry:
@@ -118,7 +143,8 @@ def parse_entry(name: str, table: dict[str, Any]) -> ModelEntry:
                         float(ip.get("scale", 0.6)))
     return ModelEntry(name, Source.parse(table["base"]), cns,
                       Source.parse(table["vae"]) if table.get("vae") else None, loras, ipa,
-                      str(table.get("scheduler", "lcm")), bool(table.get("local_files_only")))
+                      str(table.get("scheduler", "lcm")), bool(table.get("local_files_only")),
+                      Source.parse(table["config"]) if table.get("config") else None)
 
 
 def load_registry(path: str | os.PathLike | None = None) -> dict[str, ModelEntry]:
@@ -236,6 +262,37 @@ def check_source(kind: str, src: Source, need: str, entry: ModelEntry,
     return []
 
 
+_CONFIG_PARTS = ("model_index.json", "unet/config.json", "vae/config.json",
+                 "text_encoder/config.json", "tokenizer", "scheduler")
+
+
+def check_single_file(entry: ModelEntry) -> list[str]:
+    """Problems of a single-file base: the file, and the local ``config`` folder that
+    keeps ``from_single_file`` off the hub (without one it downloads the configs)."""
+    path = Path(os.path.expanduser(entry.base.ref))
+    problems = [] if path.is_file() else [
+        f"base: the checkpoint file {entry.base.ref!r} is not there: put it there or "
+        "point the registry's base at it"]
+    cfg = entry.config
+    if cfg is None:
+        return [*problems, f"base: {entry.base.ref!r} is a single-file checkpoint: set "
+                "config = \"<folder>\" in the registry entry to a local diffusers folder of "
+                "the same architecture (model_index.json, unet/ vae/ text_encoder/ configs, "
+                "tokenizer/, scheduler/; weights not needed), e.g. `hf download "
+                "stable-diffusion-v1-5/stable-diffusion-v1-5 --exclude '*.safetensors' "
+                "'*.bin' '*.ckpt' --local-dir ~/models/sd15-config` once, online"]
+    folder = resolve(cfg)
+    if folder is None:
+        return [*problems, f"config: not found; looked in {_where_how(cfg)[0]}; "
+                           f"{_where_how(cfg)[1]}"]
+    folder = folder / cfg.subfolder if cfg.subfolder else folder
+    missing = [part for part in _CONFIG_PARTS if not (folder / part).exists()]
+    if missing:
+        problems.append(f"config: {folder} lacks {', '.join(missing)} (the diffusers "
+                        f"configs {entry.base.ref!r} is loaded with)")
+    return problems
+
+
 def check_weights(entry: ModelEntry, probe_hub: bool = False) -> list[str]:
     """What keeps ``entry`` from loading — one line per missing component,
     naming it, where it looked and how to provide it. Empty when all is there
@@ -244,7 +301,8 @@ def check_weights(entry: ModelEntry, probe_hub: bool = False) -> list[str]:
     def check(kind: str, src: Source, need: str) -> list[str]:
         return check_source(kind, src, need, entry, probe_hub)
 
-    problems = check("base", entry.base, "pipeline")
+    problems = check_single_file(entry) if entry.base.is_single_file else \
+        check("base", entry.base, "pipeline")
     for kind, src in entry.controlnets.items():
         problems += check(f"controlnet {kind}", src, "model")
     if entry.vae is not None:
@@ -341,16 +399,18 @@ def load_components(entry: ModelEntry, dtype: Any = None) -> Components:
         return load_named(entry.name, f"base {name}", entry.base, cls.from_pretrained, base,
                           **sub(name), **extra)
 
-    unet = part(UNet2DConditionModel, "unet", torch_dtype=dtype)
+    if entry.base.is_single_file:
+        unet, vae, text_encoder, tokenizer, scheduler = load_single_file(entry, dtype)
+    else:
+        unet = part(UNet2DConditionModel, "unet", torch_dtype=dtype)
+        vae = None if entry.vae is not None else part(AutoencoderKL, "vae", torch_dtype=dtype)
+        text_encoder = part(CLIPTextModel, "text_encoder", torch_dtype=dtype)
+        tokenizer = part(CLIPTokenizer, "tokenizer")
+        scheduler = part(DDIMScheduler, "scheduler")
     if entry.vae is not None:
         vref, vkw = source_ref(entry.vae)
         vae = load_named(entry.name, "vae", entry.vae, AutoencoderKL.from_pretrained, vref,
                          torch_dtype=dtype, **vkw, **lfo)
-    else:
-        vae = part(AutoencoderKL, "vae", torch_dtype=dtype)
-    text_encoder = part(CLIPTextModel, "text_encoder", torch_dtype=dtype)
-    tokenizer = part(CLIPTokenizer, "tokenizer")
-    scheduler = part(DDIMScheduler, "scheduler")
     cns = {}
     for kind in CONTROL_KINDS:
         if kind in entry.controlnets:
@@ -372,6 +432,25 @@ def load_components(entry: ModelEntry, dtype: Any = None) -> Components:
     return Components(unet, vae, text_encoder, tokenizer, scheduler, cns, image_encoder,
                       feature_extractor, list(entry.loras), entry.ip_adapter, entry.scheduler,
                       entry.name)
+
+
+def load_single_file(entry: ModelEntry, dtype: Any) -> tuple[Any, Any, Any, Any, Any]:
+    """(unet, vae, text_encoder, tokenizer, scheduler) of a single-file base, read
+    with its local ``config`` folder only (:func:`check_single_file` has passed)."""
+    from diffusers import DDIMScheduler, StableDiffusionPipeline
+
+    cfg = entry.config
+    folder = resolve(cfg) if cfg is not None else None
+    if cfg is None or folder is None:  # checked before: only a folder removed since
+        raise MissingWeights(entry.name, check_single_file(entry))
+    config = str(folder / cfg.subfolder if cfg.subfolder else folder)
+    pipe = load_named(entry.name, "base (single file)", entry.base,
+                      StableDiffusionPipeline.from_single_file,
+                      os.path.expanduser(entry.base.ref), config=config,
+                      local_files_only=True, torch_dtype=dtype, safety_checker=None,
+                      requires_safety_checker=False)
+    scheduler = DDIMScheduler.from_config(pipe.scheduler.config)
+    return pipe.unet, pipe.vae, pipe.text_encoder, pipe.tokenizer, scheduler
 
 
 def image_processor(size: int) -> Any:

@@ -51,6 +51,9 @@ const JOB_TYPE = {
           description: "restyle: the backend (or broker) every worker reaches" },
         { key: "keys", type: "string", default: "",
           description: "restyle: CurveZMQ keys folder, for a backend on another machine" },
+        { key: "frame_pattern", type: "string", default: "",
+          description: "restyle: file name of each frame in OUT/restyled, e.g. " +
+                       "'sh010_####' (# count = zero padding; default ####)" },
         { key: "entry", type: "string", default: "{painted_skin_entry}",
           description: "The entry script in the workers' installed extension" },
         // Set by the Flamenco add-on when the job is submitted.
@@ -106,6 +109,9 @@ function commandArgs(settings, chunk) {
     }
     if (settings.keys) {
         args.push("--keys", settings.keys);
+    }
+    if (settings.frame_pattern) {
+        args.push("--frame-pattern", settings.frame_pattern);
     }
     return args;
 }
