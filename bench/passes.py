@@ -25,8 +25,8 @@ PASSES = ("depth", "normal", "mask", "skeleton", "motion")
 
 
 def _demo_shot(tmp: Path, frames: int) -> bpy.types.Scene:
-    from ..rigs.character import build_demo_character, setup_demo_scene
-    from ..rigs.motion import write_clip
+    from ..demo.character import build_demo_character, setup_demo_scene
+    from ..demo.motion import write_clip
 
     reset_scene()
     arm = build_demo_character()

@@ -37,7 +37,7 @@ from ..addon.core.skeleton import rotations
 
 
 def _clip(tmp: Path, frames: int) -> Path:
-    from ..rigs.motion import write_clip
+    from ..demo.motion import write_clip
 
     path = tmp / "long_walk.bvh"
     write_clip(path, "walk", frames=frames, fps=120.0, convention="cmu")
@@ -138,7 +138,7 @@ def _peers_setup(src: bpy.types.Object, tgt: bpy.types.Object) -> None:
 def main(frames: int = 2400) -> int:
     """Run both methods, print frames/s, the ratio and the max difference."""
     reset_scene()
-    from ..rigs.character import build_demo_character
+    from ..demo.character import build_demo_character
 
     tgt = build_demo_character()
     opts = RetargetOptions(ground="keep", foot_lock=False)

@@ -152,7 +152,7 @@ def _real_clip() -> Path | None:
 def _generated_shot(arm: bpy.types.Object, tmp: Path, kind: str, seed: int,
                     frames: int) -> list[int]:
     """Retarget a generated clip (one spare frame each side for the motion pass)."""
-    from ..rigs.motion import write_clip
+    from ..demo.motion import write_clip
 
     clip = write_clip(tmp / f"{kind}_{seed}.bvh", kind, frames=frames + 2, fps=FPS, seed=seed)
     retarget_clip(clip, arm)
@@ -278,7 +278,7 @@ def targets(shot: ShotResult) -> str:
 def main(model: str | None = None, frames: int | None = None, size: int | None = None) -> int:
     """Run the benchmark (see the module doc); returns 0. Bad input raises
     :class:`SkinBenchError` (a ValueError: the CLI's exit 2)."""
-    from ..rigs.character import build_demo_character, setup_demo_scene
+    from ..demo.character import build_demo_character, setup_demo_scene
 
     info = model_info(Path(model) if model else DEFAULT_MODEL)
     frames = DEFAULT_FRAMES if frames is None else int(frames)

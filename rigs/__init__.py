@@ -1,5 +1,5 @@
-"""Demo assets in Blender: the demo character, generated motions, spring bones and
-textures, the bone-map preset TOML files (``presets/``) and the skin models;
-``humanoid`` and ``presets`` re-export what moved to ``addon/core``. It needs bpy and may
-import ``addon/core`` and the add-on's bpy layer; nothing in ``addon/core``, ``wire`` or
-``backend`` imports it (ARCHITECTURE.md)."""
+"""The project's skeleton data: the bone-map preset TOML files (``presets/``) and the
+skin models (``skin_models/``); ``humanoid`` and ``presets`` re-export what moved to
+``addon/core``, and ``character*``, ``motion*``, ``spring*`` and ``texture*`` what moved
+to the ``demo`` package, each for one release. It may import ``addon/core`` and ``demo``;
+nothing in ``addon/core``, ``wire`` or ``backend`` imports it (ARCHITECTURE.md)."""

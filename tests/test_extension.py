@@ -35,7 +35,7 @@ CLI_ONLY_IMPORTS = {("cli.py", "bench.retarget"), ("cli.py", "bench.passes"),
 # pipelines whose ``available()`` is False there.
 BACKEND_ONLY = ("backend/pipelines/diffusion.py", "backend/pipelines/skin.py",
                 # the CLI's `demo` (refused in the extension: it serves the skin model)
-                "demo.py",
+                "demo/run.py",
                 # reports the skin-model code as absent where it is (its import is guarded)
                 "backend/doctor.py")
 
@@ -77,7 +77,7 @@ def test_manifest_validates():
 def test_zip_holds_the_addon_and_presets_but_no_dev_files(extension_zip):
     names = set(_names(extension_zip))
     assert {"blender_manifest.toml", "__init__.py"} <= names
-    code = {p.relative_to(REPO).as_posix() for sub in ("addon", "rigs", "wire")
+    code = {p.relative_to(REPO).as_posix() for sub in ("addon", "demo", "rigs", "wire")
             for p in (REPO / sub).rglob("*.py") if "__pycache__" not in p.parts}
     assert code, "no add-on code found in the source tree"
     assert sorted(code - names) == []

@@ -182,7 +182,7 @@ def test_zip_installs_and_runs_end_to_end_in_a_bpy_only_python(linux_zip, tmp_pa
                "restyle", "backend_start", "backend_check", "backend_connect"):
         assert op in out["ops"], f"painted_skin.{op} is not registered: {out['ops']}"
     assert out["panels"] == ["PS_PT_passes", "PS_PT_restyle", "PS_PT_retarget"]
-    assert out["restyle_module"] == f"{PKG}.addon.blender.restyle_ui"
+    assert out["restyle_module"] == f"{PKG}.addon.blender.restyle_panel"
     assert Path(out["zmq_file"]).is_relative_to(res), out["zmq_file"]  # the bundled wheel
     assert {"retarget_clip", "make_passes", "restyle_shot"} <= set(out["api"])
     assert {"retarget", "passes", "restyle", "serve", "broker"} <= set(out["cli"])
@@ -316,7 +316,7 @@ def test_without_fcntl_every_addon_module_imports_and_all_registers(tmp_path):
     assert out["failed"] == {}
     assert "painted_skin.addon.blender.client" in out["imported"]
     assert {"retarget", "render_passes", "restyle", "backend_start"} <= set(out["ops"])
-    assert out["restyle_module"] == "painted_skin.addon.blender.restyle_ui"
+    assert out["restyle_module"] == "painted_skin.addon.blender.restyle_panel"
     assert out["shm"] is False
     assert out["after"] == []
 

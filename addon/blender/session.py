@@ -80,8 +80,8 @@ def retarget_files(
 def build_demo_shot(out: Path, frames: int = 96, fps: float = 24.0,
                     kind: str = "walk") -> RetargetReport:
     """The demo: procedural character + generated clip -> ``out/shot.blend``."""
-    from ...rigs.character import bake_spring_bones, build_demo_character, setup_demo_scene
-    from ...rigs.motion import write_clip
+    from ...demo.character import bake_spring_bones, build_demo_character, setup_demo_scene
+    from ...demo.motion import write_clip
 
     out.mkdir(parents=True, exist_ok=True)
     reset_scene()

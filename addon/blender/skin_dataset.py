@@ -1,6 +1,6 @@
 """A character's training set for its skin model: what self-reconstruction learns from.
 
-The character moves through generated motions (``rigs/motion.py``) while a camera orbits
+The character moves through generated motions (``demo/motion.py``) while a camera orbits
 it (a new random orbit, distance, height and focal length per clip); every frame gets a
 Cycles render (fixed world lighting, a few samples + denoising) and the fast engine's
 passes of the same frame, saved as one ``.npz`` per frame (the passes by name plus
@@ -231,7 +231,7 @@ def build_dataset(arm: bpy.types.Object, folder: Path, spec: DatasetSpec,
                   cancelled: Callable[[], bool] | None = None) -> DatasetResult:
     """Render ``spec``'s clips of the character ``arm`` into ``folder`` (kept frames
     are skipped). The scene keeps its lights and world: they are the training lighting."""
-    from ...rigs import motion
+    from ...demo import motion
     from .retarget_api import retarget_clip
 
     scene = bpy.context.scene

@@ -62,7 +62,7 @@ def ensure_lighting(scene: bpy.types.Scene) -> None:
 
 def load_character(spec: str) -> bpy.types.Object:
     """The character to learn, in a fresh scene: the demo character, or a file."""
-    from ...rigs.character import build_demo_character, setup_demo_scene
+    from ...demo.character import build_demo_character, setup_demo_scene
     from .importers import import_character
     from .session import reset_scene
 
