@@ -1,4 +1,14 @@
-"""Test set-up: Blender writes its user files into a temp folder, never ~/.config."""
+"""Test set-up shared by every group: Blender writes its user files into a temp folder
+(never ~/.config), the fixtures most groups use, and the import path of the groups.
+
+The tests are grouped by the layer they check (ARCHITECTURE.md): ``core/`` (pure Python
++ numpy), ``demo/`` (the generated character and motions), ``wire/`` (the protocol,
+shared memory), ``server/`` (the backend process, run from the bpy venv: no torch),
+``blender/`` (the bpy layer against the real bpy module), ``system/`` (the CLI, the
+extension zip, farms, docs, real data) and ``backend/`` (torch, diffusers, onnxruntime:
+run with the backend's own venv). Test modules import helpers from one another by module
+name (``from test_backend_server import Client``), so every group folder is on the path.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +23,11 @@ _RES = tempfile.mkdtemp(prefix="painted-skin-blender-")
 os.environ.setdefault("BLENDER_USER_RESOURCES", _RES)
 
 REPO = Path(__file__).resolve().parents[1]
+GROUPS = ("core", "demo", "wire", "server", "blender", "system", "backend")
+for _group in GROUPS:
+    _folder = str(Path(__file__).resolve().parent / _group)
+    if _folder not in sys.path:
+        sys.path.insert(0, _folder)
 SHARED_DATA = Path(os.environ.get("PAINTED_SKIN_SHARED", REPO.parent / "shared")) / "data"
 
 

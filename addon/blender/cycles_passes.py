@@ -7,7 +7,7 @@ pixel centres. Passes go through a multilayer EXR in a temporary folder and come
 float32 arrays, **top row first**, in the conventions of :mod:`..core.camera`.
 
 Cycles' raw ``Vector`` pass (found by experiment, pinned by
-``tests/test_cycles_passes.py``): in pixels, x right and **y up** (Blender's bottom-up
+``tests/blender/test_cycles_passes.py``): in pixels, x right and **y up** (Blender's bottom-up
 image axes), with
 
 - ``(X, Y) = position in the previous frame - position now``;

@@ -108,7 +108,7 @@ def test_a_python_without_numpy_or_pyzmq_is_not_ready(tmp_path):
     venv = tmp_path / "bare"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
                    timeout=120)
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     link = tmp_path / "src" / "painted_skin"  # the package, without its dependencies
     link.parent.mkdir()
     link.symlink_to(root)
@@ -124,7 +124,7 @@ def test_a_python_without_numpy_or_pyzmq_is_not_ready(tmp_path):
 
 
 def test_python_option_reports_on_the_backend_python():
-    backend = Path(__file__).resolve().parents[1] / ".venv-backend" / "bin" / "python"
+    backend = Path(__file__).resolve().parents[2] / ".venv-backend" / "bin" / "python"
     if not backend.is_file():
         pytest.skip("no .venv-backend")
     proc = _doctor("--python", str(backend), "--json")

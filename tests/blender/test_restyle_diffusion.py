@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from painted_skin.rigs import motion as gen
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BACKEND_PY = REPO / ".venv-backend" / "bin" / "python"
 
 

@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MANIFEST = tomllib.loads((REPO / "blender_manifest.toml").read_text())
 PKG = f"bl_ext.user_default.{MANIFEST['id']}"
 # Folders and files that are development-only and must never ship.

@@ -73,7 +73,7 @@ def test_train_button_trains_a_model_headless(registered, tmp_path):
     _saved_demo(bpy, tmp_path)
     s = bpy.context.scene.painted_skin_skin
     s.model_dir, s.minutes, s.size = str(tmp_path / "model"), 0.05, "128"
-    backend = Path(__file__).resolve().parents[1] / ".venv-backend" / "bin" / "python"
+    backend = Path(__file__).resolve().parents[2] / ".venv-backend" / "bin" / "python"
     if not backend.is_file():
         pytest.skip("no .venv-backend (torch) to train in")
     assert bpy.ops.painted_skin.train_skin(frames_per_clip=2, samples=2) == {"FINISHED"}

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ENTRY = REPO / "addon" / "farm_entry.py"
 JOB_TYPE = REPO / "farm" / "flamenco" / "scripts" / "painted-skin.js"
 PREVIEW = REPO / "farm" / "flamenco" / "preview.js"

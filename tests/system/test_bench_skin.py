@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from painted_skin.backend.skin.baselines import BaselineInputError, PartMean, UVLookup
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BACKEND_PYTHON = REPO / ".venv-backend" / "bin" / "python"
 LAST_LINE = re.compile(r"^skin psnr: (\S+) ssim: (\S+) flip: (\S+) warp_ratio: (\S+) "
                        r"speedup_vs_cycles: (\S+)$")

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from painted_skin import wire as P
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DOC_ROW = re.compile(r"^\| (\w+) \| (\w+) \| \(H, W(?:, (\d+))?\)")
 
 

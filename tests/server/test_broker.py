@@ -53,6 +53,7 @@ def test_broker_looks_like_a_server(cluster):
     try:
         st = wait_workers(c, 2)
         assert "echo" in st["pipelines"] and "cpu" in st["devices"]
+        assert "demo" in st["models"]["skin"]  # the workers' registries, merged
         pong = c.request(P.PING)
         assert pong.type == P.PONG and pong.header["version"] == P.PROTOCOL_VERSION
         assert c.request(P.FRAME, session="ghost", frame=0).header["code"] == P.E_NO_SESSION

@@ -159,6 +159,8 @@ def test_ping_and_status(serve, client):
     st_ = c.request(P.STATUS).header
     assert st_["devices"][0] == "cpu" and "echo" in st_["pipelines"]
     assert (st_["queue_depth"], st_["sessions"], st_["workers"]) == (0, 0, 1)
+    # the models each pipeline names, for the panel's Model menu: the skin registry's
+    assert "demo" in st_["models"]["skin"] and "echo" not in st_["models"]
 
 
 def test_req_socket_with_delimiter(serve):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 API_MD = REPO / "docs" / "api.md"
 BLOCK = re.compile(r"^```python\n# doctest: (run extension|run|slow)\n(.*?)^```$",
                    re.MULTILINE | re.DOTALL)

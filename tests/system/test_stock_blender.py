@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # Python modules of the package (tests and build output aside): the zip ships a part of them.
 TREE_MODULES = sum(1 for p in REPO.rglob("*.py") if not {"tests", "build", "out", ".venv",
                                                           ".venv-backend", ".git"}

@@ -54,7 +54,7 @@ def test_check_of_a_python_without_painted_skin_reports_on_the_extensions_files(
     import shutil
     from pathlib import Path
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     ext = tmp_path / "user_default" / "painted_skin"
     shutil.copytree(repo, ext, ignore=shutil.ignore_patterns(
         ".*", "__pycache__", "out", "build", "tests", "docs", "bench", "tools", "shared",

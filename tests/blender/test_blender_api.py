@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MANIFEST = tomllib.loads((REPO / "blender_manifest.toml").read_text())
 
 # (what, how to find it in bpy, first Blender release that has it), from Blender's
