@@ -63,6 +63,18 @@ class BrokerConfig:
     client_mb: float = quotas.DEFAULT_CLIENT_MB  # its frames in flight + OPENs (images)
 
 
+MAX_MODEL_NAMES = 256  # per pipeline, in a worker's READY: a status reply stays small
+
+
+def _model_names(value: object) -> dict[str, list[str]]:
+    """A worker's ``{pipeline: [model names]}``, only strings kept, sizes capped."""
+    if not isinstance(value, dict):
+        return {}
+    return {str(p)[:128]: [str(m)[:128] for m in names[:MAX_MODEL_NAMES] if isinstance(m, str)]
+            for p, names in list(value.items())[:64]
+            if isinstance(p, str) and isinstance(names, list)}
+
+
 @dataclass(eq=False)
 class Worker:
     address: bytes
@@ -73,6 +85,7 @@ class Worker:
     queue_depth: int = 0
     loaded_models: list[str] = field(default_factory=list)
     sessions: set[Key] = field(default_factory=set)
+    models: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass(eq=False)
@@ -237,6 +250,8 @@ class Broker:
                 "devices": sorted({d for w in ws for d in w.devices}),
                 "pipelines": sorted({p for w in ws for p in w.pipelines}),
                 "loaded_models": sorted({m for w in ws for m in w.loaded_models}),
+                "models": {p: sorted({m for w in ws for m in w.models.get(p, [])})
+                           for p in sorted({p for w in ws for p in w.models})},
                 "queue_depth": sum(len(s.inflight) for s in self.sessions.values()),
                 "sessions": len(self.sessions), "workers": len(ws)}
 
@@ -438,7 +453,8 @@ class Broker:
                 self.workers[addr] = Worker(addr, now + HEARTBEAT_INTERVAL * HEARTBEAT_LIVENESS,
                                             list(h.get("pipelines") or []),
                                             list(h.get("devices") or []),
-                                            int(h.get("credits") or 4))
+                                            int(h.get("credits") or 4),
+                                            models=_model_names(h.get("models")))
                 log.info("worker %s ready (%d workers)", addr.hex(), len(self.workers))
                 self._adopt_orphans()
             elif msg.type == wire.DISCONNECT:

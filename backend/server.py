@@ -313,7 +313,8 @@ class Server:
         depth = self._sessions.queue_depth()
         return {"version": wire.PROTOCOL_VERSION, "server": SERVER_NAME,
                 "devices": list(self.devices), "pipelines": pipelines.names(),
-                "loaded_models": list(self.loaded_models), "queue_depth": depth,
+                "loaded_models": list(self.loaded_models), "models": pipelines.model_names(),
+                "queue_depth": depth,
                 "sessions": len(self._sessions), "workers": 1,
                 "cache": {"items": len(self.cache), "bytes": self.cache.bytes}}
 

@@ -71,6 +71,7 @@ class WorkerLink:
         self._broker_seen = now
         self._heartbeat_at = now + HEARTBEAT_INTERVAL
         send_nowait(sock, reply(wire.READY, pipelines=pipelines.names(),
+                                models=pipelines.model_names(),
                                 devices=self._devices(), credits=self.cfg.credits,
                                 server=SERVER_NAME))
         if not first:

@@ -6,8 +6,8 @@ and imports neither torch nor onnxruntime; the backend never imports bpy."""
 from __future__ import annotations
 
 from .base import CROSS_FRAME_OFF, Cancelled, Entry, Factory, Pipeline, StepCallback, may_cache
-from .registry import REGISTRY, create, get, names, register, register_builtin
+from .registry import REGISTRY, create, get, model_names, names, register, register_builtin
 
 __all__ = ["CROSS_FRAME_OFF", "REGISTRY", "Cancelled", "Entry", "Factory", "Pipeline",
-           "StepCallback", "create", "get", "may_cache", "names", "register",
+           "StepCallback", "create", "get", "may_cache", "model_names", "names", "register",
            "register_builtin"]

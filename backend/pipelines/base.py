@@ -58,7 +58,8 @@ class Entry:
     width/height must be multiples of it; ``check(options)`` lists what keeps those
     options from loading (told on OPEN instead of failing on frame 0);
     ``load_defaults``: the factory's value for a load key the options leave out (an
-    option given as its default shares the instance loaded without it)."""
+    option given as its default shares the instance loaded without it); ``models()``:
+    the names its ``model`` option takes here (its registry's), for the add-on's menus."""
 
     name: str
     factory: Factory
@@ -66,6 +67,7 @@ class Entry:
     size_multiple: int = 1
     check: Callable[[dict[str, Any]], list[str]] | None = None
     load_defaults: dict[str, Any] = field(default_factory=dict)
+    models: Callable[[], list[str]] | None = None
 
 
 def may_cache(pipe: object, options: dict[str, Any]) -> bool:

@@ -91,6 +91,13 @@ def sd15_controlnet(options: dict[str, Any], device: str) -> Any:
     return RestylePipeline(comps, device, tdtype)
 
 
+def model_names() -> list[str]:
+    """The diffusion models of the backend's registry (``$PAINTED_SKIN_MODELS``)."""
+    from ..diffusion.components import load_registry
+
+    return list(load_registry())
+
+
 def entries() -> list[dict[str, Any]]:
     """The diffusion pipelines' registry entries (:func:`~.registry.register`'s
     keywords); none without torch and diffusers."""
@@ -98,9 +105,11 @@ def entries() -> list[dict[str, Any]]:
         return []
     common = {"engine": "torch", "tiny_seed": 0, "tiny_controlnets": 3}
     return [dict(name="sd15-controlnet", factory=sd15_controlnet, load_keys=LOAD_KEYS,
-                 size_multiple=8, check=check, load_defaults={**common, "model": "sd15"}),
+                 size_multiple=8, check=check, load_defaults={**common, "model": "sd15"},
+                 models=model_names),
             dict(name="sdxl-controlnet", factory=sdxl_controlnet, load_keys=XL_LOAD_KEYS,
-                 size_multiple=8, check=_check_xl, load_defaults={**common, "model": "sdxl"})]
+                 size_multiple=8, check=_check_xl, load_defaults={**common, "model": "sdxl"},
+                 models=model_names)]
 
 
 # SDXL's code (torch, diffusers) is imported when a pipeline is created or checked.

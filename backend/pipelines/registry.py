@@ -19,10 +19,11 @@ REGISTRY: dict[str, Entry] = {}
 def register(name: str, factory: Factory, load_keys: tuple[str, ...] = (),
              size_multiple: int = 1,
              check: Callable[[dict[str, Any]], list[str]] | None = None,
-             load_defaults: dict[str, Any] | None = None) -> None:
+             load_defaults: dict[str, Any] | None = None,
+             models: Callable[[], list[str]] | None = None) -> None:
     """Add (or replace) a pipeline; see :class:`~.base.Entry` for the fields."""
     REGISTRY[name] = Entry(name, factory, tuple(load_keys), size_multiple, check,
-                           dict(load_defaults or {}))
+                           dict(load_defaults or {}), models)
 
 
 def names() -> list[str]:
@@ -36,6 +37,20 @@ def get(name: str) -> Entry:
     except KeyError:
         raise KeyError(f"unknown pipeline {name!r}; this backend has: "
                        f"{', '.join(names()) or 'none registered'}") from None
+
+
+def model_names() -> dict[str, list[str]]:
+    """``{pipeline: [model names]}`` of the pipelines that name models (the backend's
+    ``status``): a registry that cannot be read lists none, it never fails the reply."""
+    out: dict[str, list[str]] = {}
+    for name, entry in sorted(REGISTRY.items()):
+        if entry.models is None:
+            continue
+        try:
+            out[name] = sorted(str(m) for m in entry.models())
+        except (OSError, ValueError):
+            out[name] = []
+    return out
 
 
 def create(name: str, options: dict[str, Any] | None = None, device: str = "cpu") -> Pipeline:
@@ -62,10 +77,11 @@ def register_builtin() -> list[str]:
         from .skin import LOAD_DEFAULTS as SKIN_DEFAULTS
         from .skin import LOAD_KEYS as SKIN_KEYS
         from .skin import check as skin_check
+        from .skin import model_names as skin_models
         from .skin import skin_factory
 
         register("skin", skin_factory, load_keys=SKIN_KEYS, size_multiple=4,
-                 check=skin_check, load_defaults=SKIN_DEFAULTS)
+                 check=skin_check, load_defaults=SKIN_DEFAULTS, models=skin_models)
     if _have("diffusion.components"):
         from .diffusion import entries
 

@@ -45,6 +45,11 @@ def _folder(options: dict[str, Any]):
     return registry.resolve(options.get("model", registry.DEFAULT_MODEL))
 
 
+def model_names() -> list[str]:
+    """The skin models the backend serves by name (its registry)."""
+    return list(registry.load_registry())
+
+
 def check(options: dict[str, Any]) -> list[str]:
     """What keeps ``options`` from serving (empty when they can): told on OPEN."""
     for key in ("path", "registry", "folder"):
