@@ -23,7 +23,7 @@ import bpy
 import numpy as np
 
 from ..addon.blender.image_io import read_image, write_png
-from ..addon.core.atomic import write_json_atomic
+from ..addon.core.atomic import write_json_atomic, write_text_atomic
 
 Bar = Callable[[str, int], Callable[[int, int, int], None] | None]
 SHEET_FRAMES = 6
@@ -56,10 +56,18 @@ def keep_if_made_from(folder: Path, key: str) -> None:
     model — the code changed the motion, a new model was committed — would be scored
     against references they do not match."""
     stamp = folder / ".made-from"
-    if folder.is_dir() and not (stamp.is_file() and stamp.read_text() == key):
+    if stamp.is_file() and stamp.read_text() == key:
+        return
+    if folder.is_dir() and any(folder.iterdir()):
+        # only what a demo made: its stamp, or (from before stamps) the demo's own outputs
+        ours = stamp.is_file() or all((folder.parent / n).is_file()
+                                      for n in ("metrics.json", "shot.blend"))
+        if not ours:
+            raise DemoError(f"{folder} holds files the demo did not write: give the demo "
+                            "an --out folder of its own")
         shutil.rmtree(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(key)
+    write_text_atomic(stamp, key)
 
 
 def model_folder(name: str) -> tuple[Path, dict]:

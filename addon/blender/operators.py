@@ -134,6 +134,7 @@ class PS_OT_retarget(bpy.types.Operator):
                       "frame_start": scene.frame_start if s.source_kind == "FILE" else None}
         ad = s.target_object.animation_data
         self._previous = ad.action if ad is not None else None
+        self._target = s.target_object  # the armature baked, whatever the panel shows later
         return RetargetJob(source, s.target_object, source_map, target_map, opts, **timing)
 
     def execute(self, context):
@@ -172,13 +173,14 @@ class PS_OT_retarget(bpy.types.Operator):
             return {"PASS_THROUGH"}
         try:
             ended = job.step()
-        except RetargetError as e:
-            self.report({"ERROR"}, str(e))
+        except Exception as e:  # also the scene changed under it (an object deleted, undo)
+            self.report({"ERROR"}, str(e) if isinstance(e, RetargetError)
+                        else f"retarget stopped: {type(e).__name__}: {e}")
             ended = True
         _redraw_sidebars(context)
         if not ended:
             return {"RUNNING_MODAL"}
-        context.window_manager.event_timer_remove(self._timer)
+        self._remove_timer(context)
         if job.report is None:
             if job.cancel_requested:
                 _settings(context).last_report = "retarget cancelled: the previous action is kept"
@@ -186,15 +188,21 @@ class PS_OT_retarget(bpy.types.Operator):
             return {"CANCELLED"}
         return self._finish(context, job.report)
 
+    def _remove_timer(self, context) -> None:
+        if getattr(self, "_timer", None) is not None:
+            context.window_manager.event_timer_remove(self._timer)
+            self._timer = None
+
     def cancel(self, context):
         # Blender ends the modal (a file is opened, Blender quits): stop before the bake.
         self._running.cancel()
+        self._remove_timer(context)
 
     def _finish(self, context, report):
         s, scene, previous = _settings(context), context.scene, self._previous
         if previous is not None and previous.users == 0:
             # Keep the replaced take in the file, as Blender's own action stash does.
-            stash_action(s.target_object, previous)
+            stash_action(self._target, previous)
         if not self.match_scene:
             last = report.frame_start + report.frames - 1
             if last > scene.frame_end:  # lengthen only: a shorter clip leaves the range

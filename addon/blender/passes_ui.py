@@ -209,8 +209,9 @@ class PS_OT_render_passes(bpy.types.Operator):
         run = self._run
         try:
             ended = run.step()
-        except (ValueError, OSError) as e:  # ShotError, a damaged manifest, a full disk...
-            self.report({"ERROR"}, str(e))
+        except Exception as e:  # ShotError, a full disk, the scene changed under it...
+            self.report({"ERROR"}, str(e) if isinstance(e, ValueError | OSError)
+                        else f"passes stopped: {type(e).__name__}: {e}")
             return self._finish(context, cancelled=True)
         context.window_manager.progress_update(run.done)
         RENDER["text"] = run.progress_text
@@ -223,16 +224,22 @@ class PS_OT_render_passes(bpy.types.Operator):
             return self._finish(context, cancelled=False)
         return {"RUNNING_MODAL"}
 
-    def cancel(self, context):
-        # Blender ends the modal (a file is opened, Blender quits): the button comes back.
+    def _release(self, context) -> None:
+        wm = context.window_manager
+        if getattr(self, "_timer", None) is not None:
+            wm.event_timer_remove(self._timer)
+            self._timer = None
+        wm.progress_end()
+        if context.workspace is not None:
+            context.workspace.status_text_set(None)
         RENDER.update(running=False, cancel=False, text="")
 
+    def cancel(self, context):
+        # Blender ends the modal (a file is opened, Blender quits): the button comes back.
+        self._release(context)
+
     def _finish(self, context, cancelled: bool):
-        wm = context.window_manager
-        wm.event_timer_remove(self._timer)
-        wm.progress_end()
-        context.workspace.status_text_set(None)
-        RENDER.update(running=False, cancel=False, text="")
+        self._release(context)
         self.report({"WARNING"} if cancelled else {"INFO"},
                     f"passes: {self._run.done}/{len(self._run.frames)} frames"
                     + (" (stopped; run again to resume)" if cancelled else ""))

@@ -130,7 +130,8 @@ def _settings_diff(out: Path, settings: dict) -> list[str]:
         old = read_json(path, "restyle settings")
     except ValueError as e:
         raise ShotError(str(e)) from None
-    return [k for k in SHOT_KEYS if old.get(k) != settings.get(k)]
+    # the frame names too: two runs naming frames otherwise must not share the folder
+    return [k for k in (*SHOT_KEYS, PATTERN_KEY) if old.get(k) != settings.get(k)]
 
 
 def _check_names(out: Path, names: FramePattern) -> None:

@@ -25,7 +25,7 @@ from bpy.props import (
     StringProperty,
 )
 
-from ..core.backend_status import CUSTOM, model_items, pipeline_items
+from ..core.backend_status import CUSTOM, DEFAULT_ITEM, DEFAULT_MODEL, model_items, pipeline_items
 from .backend_status import LIVE, set_source
 from .client import DEFAULT_URL
 from .out_paths import PATH_OPTIONS, output_folder
@@ -81,14 +81,14 @@ def _pipeline_set(self, value: int) -> None:
 
 
 def _model_get(self) -> int:
-    return _menu_get(_models(self), self.model_custom, self.model)
+    return _menu_get(_models(self), self.model_custom, self.model or DEFAULT_ITEM)
 
 
 def _model_set(self, value: int) -> None:
     ident = _models(self)[value][0]
     self.model_custom = ident == CUSTOM
     if ident != CUSTOM:
-        self.model = ident
+        self.model = DEFAULT_MODEL if ident == DEFAULT_ITEM else ident
 
 
 class PS_RestyleReference(bpy.types.PropertyGroup):

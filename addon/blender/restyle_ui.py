@@ -201,15 +201,29 @@ class PS_OT_restyle(bpy.types.Operator):
             return self._finish(context)
         return {"RUNNING_MODAL"}
 
-    def _finish(self, context):
+    def _release(self, context) -> None:
+        """What a run holds, given back however it ends: the panel's run, the timer,
+        the progress, the backend session and the output folder's lock."""
         ActiveRun.op = None
         wm = context.window_manager
-        wm.event_timer_remove(self._timer)
+        if self._timer is not None:
+            wm.event_timer_remove(self._timer)
+            self._timer = None
         wm.progress_end()
-        context.workspace.status_text_set(None)
-        shot = self._client.shot
+        if context.workspace is not None:
+            context.workspace.status_text_set(None)
         self._client.close(timeout_s=0.2)  # the UI must not wait on a dead backend
         self._run_lock.close()
+
+    def cancel(self, context):
+        """Blender ended the modal itself (a file opened, Blender closing): frames written
+        are kept, and a new Restyle resumes."""
+        self._client.cancel()
+        self._release(context)
+
+    def _finish(self, context):
+        shot = self._client.shot
+        self._release(context)
         context.scene.frame_set(self._frame_now)
         show_results(context, self._out, self._frames, _settings(context).use_vse)
         ok = shot is not None and shot.error is None and not shot.cancelled
@@ -266,6 +280,8 @@ class PS_OT_backend_start(bpy.types.Operator):
 
     bl_idname = "painted_skin.backend_start"
     bl_label = "Start Local Backend"
+
+    _timer = None
 
     timeout: IntProperty(name="Timeout", default=60, min=1,
                          description="Seconds to wait for the backend to answer")
@@ -328,13 +344,25 @@ class PS_OT_backend_start(bpy.types.Operator):
             _STATUS["text"] = f"starting local backend… {waited:.0f} s"
             _redraw(context)
             return {"RUNNING_MODAL"}
-        context.window_manager.event_timer_remove(self._timer)
-        self._client.close(timeout_s=0.1)
+        self._release(context)
         _redraw(context)
         if outcome == "up":
             _STATUS["busy"] = False
             return bpy.ops.painted_skin.backend_connect()
         return outcome
+
+
+    def _release(self, context) -> None:
+        if self._timer is not None:
+            context.window_manager.event_timer_remove(self._timer)
+            self._timer = None
+        self._client.close(timeout_s=0.1)
+
+    def cancel(self, context):
+        """Blender ended the modal (a file opened): the backend keeps starting on its own;
+        the status line goes back to the live pings."""
+        self._release(context)
+        _STATUS["busy"] = False
 
 
 class PS_OT_backend_stop(bpy.types.Operator):

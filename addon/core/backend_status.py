@@ -29,6 +29,8 @@ FALLBACK_MODELS: dict[str, tuple[str, ...]] = {
 }
 CUSTOM = "__custom__"  # the dropdown item that shows a free-text field instead
 DEFAULT_MODEL = ""  # the model field's value for "the pipeline's default"
+# ...and its dropdown item: Blender reads an empty enum identifier as a separator.
+DEFAULT_ITEM = "__default__"
 
 Item = tuple[str, str, str]  # (identifier, label, tooltip): an EnumProperty item
 
@@ -46,7 +48,8 @@ class BackendStatus:
     version: str = "?"
     devices: tuple[str, ...] = ()
     pipelines: tuple[str, ...] = ()
-    models: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    models: dict[str, tuple[str, ...]] = field(default_factory=dict)  # loaded now
+    available: dict[str, tuple[str, ...]] = field(default_factory=dict)  # its registries
     queue_depth: int = 0
     sessions: int = 0
 
@@ -93,18 +96,17 @@ def loaded_models(entries: Any) -> dict[str, tuple[str, ...]]:
 
 def parse_status(url: str, reply: dict[str, Any]) -> BackendStatus:
     """A STATUS reply header as a :class:`BackendStatus`; fields of the wrong type read as
-    absent (an older or newer backend must never break the panel). A ``models`` object
-    ({pipeline: [names]}), where a backend sends one, adds to the loaded models."""
-    models = loaded_models(reply.get("loaded_models"))
+    absent (an older or newer backend must never break the panel). ``models`` are the
+    loaded ones (``loaded_models``); ``available`` the ``models`` object
+    ({pipeline: [names]}) of the backend's registries, where it sends one."""
     given = reply.get("models")
-    if isinstance(given, dict):
-        for pipe, names in given.items():
-            have = list(models.get(str(pipe), ()))
-            have += [n for n in _strings(names) if n not in have]
-            models[str(pipe)] = tuple(have)
+    available = {str(p): _strings(n) for p, n in given.items()} \
+        if isinstance(given, dict) else {}
     return BackendStatus(url=url, version=str(reply.get("version", "?")),
                          devices=_strings(reply.get("devices")),
-                         pipelines=_strings(reply.get("pipelines")), models=models,
+                         pipelines=_strings(reply.get("pipelines")),
+                         models=loaded_models(reply.get("loaded_models")),
+                         available=available,
                          queue_depth=_int(reply.get("queue_depth")),
                          sessions=_int(reply.get("sessions")))
 
@@ -126,10 +128,11 @@ def pipeline_items(status: BackendStatus | None, current: str) -> list[Item]:
 def model_items(status: BackendStatus | None, pipeline: str, current: str) -> list[Item]:
     """The Model dropdown for ``pipeline``: its default, the registry names it loads by
     default, those the backend reports for it, the saved value, then "Custom…"."""
-    items: list[Item] = [(DEFAULT_MODEL, "Default", "The pipeline's default model")]
+    items: list[Item] = [(DEFAULT_ITEM, "Default", "The pipeline's default model")]
     names = list(FALLBACK_MODELS.get(pipeline, ()))
     if status is not None and status.ok:
-        names += [n for n in status.models.get(pipeline, ()) if n not in names]
+        for group in (status.available, status.models):
+            names += [n for n in group.get(pipeline, ()) if n not in names]
     items += [(n, n, f"Registry model {n!r} of the {pipeline} pipeline") for n in names]
     if current and current not in names:
         items.append((current, current, "Saved in this .blend"))

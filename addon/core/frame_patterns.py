@@ -14,6 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_DIGITS = 4
+# Image files a frame pattern may name by mistake (``shot.exr`` for PNG frames): refused,
+# not taken for a prefix (that would write ``shot.exr0001.png``).
+IMAGE_EXTENSIONS = (".png", ".exr", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".tga",
+                    ".webp", ".dpx", ".hdr")
 _RUN = re.compile(r"#+")
 
 
@@ -81,6 +85,10 @@ def parse_frame_pattern(text: str, extension: str = "", what: str = "frame patte
     else:
         stem, dot, ext = name.rpartition(".")
         known = extension and dot and f".{ext}".lower() == extension.lower()
+        if extension and dot and not known and f".{ext}".lower() in IMAGE_EXTENSIONS:
+            raise FramePatternError(f"{what} {text!r} ends in .{ext}, but these frames are "
+                                    f"{extension} files: end it with {extension} or no "
+                                    "extension")
         prefix, digits, suffix = (stem, DEFAULT_DIGITS, f".{ext}") if known else \
             (name, DEFAULT_DIGITS, "")
     if extension:

@@ -61,9 +61,12 @@ def model_folder(registry: str | os.PathLike, path: str) -> Path:
 
 def registry_text(models: Iterable[tuple[str, str | os.PathLike]]) -> str:
     """A registry file listing ``models`` (name, folder); names are quoted, so any name
-    is a key, and JSON strings are valid TOML basic strings."""
-    return "".join(f"[models.{json.dumps(n)}]\npath = {json.dumps(str(f))}\n\n"
-                   for n, f in models)
+    is a key, and JSON strings are valid TOML basic strings (written as UTF-8: a
+    ``\\ud83d``-style surrogate escape is not TOML). A name given twice: the last wins."""
+    unique = dict((str(n), str(f)) for n, f in models)
+    return "".join(f"[models.{json.dumps(n, ensure_ascii=False)}]\n"
+                   f"path = {json.dumps(f, ensure_ascii=False)}\n\n"
+                   for n, f in unique.items())
 
 
 __all__ = ["REGISTRY_ENV", "RegistryError", "model_folder", "read_registry",

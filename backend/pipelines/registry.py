@@ -8,11 +8,13 @@ torch) in behind it. Tests register their own pipelines with :func:`register`.
 from __future__ import annotations
 
 import importlib.util
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from .base import Entry, Factory, Pipeline
 
+log = logging.getLogger("painted_skin.backend.pipelines")
 REGISTRY: dict[str, Entry] = {}
 
 
@@ -48,7 +50,8 @@ def model_names() -> dict[str, list[str]]:
             continue
         try:
             out[name] = sorted(str(m) for m in entry.models())
-        except (OSError, ValueError):
+        except Exception as e:  # a registry with a typo must not take STATUS down with it
+            log.warning("pipeline %s: its model registry cannot be read: %s", name, e)
             out[name] = []
     return out
 

@@ -48,10 +48,16 @@ def check_engine(name: object, config: dict[str, Any], folder: Path) -> str:
     return name
 
 
-def _trt_cache(folder: Path) -> Path:
+def _trt_cache(graph: Path) -> Path:
+    """Where TensorRT keeps this graph's engines: keyed by the graph's bytes, since
+    onnxruntime's own engine id hashes names, not weights (a model retrained into the
+    same folder must not be painted by the old one's engine)."""
     base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    key = hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:16]
-    return base / "painted-skin" / "skin-trt" / key
+    h = hashlib.sha256()
+    with open(graph, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return base / "painted-skin" / "skin-trt" / h.hexdigest()[:16]
 
 
 class OnnxEngine:
@@ -70,7 +76,8 @@ class OnnxEngine:
 
             index = int(device.partition(":")[2] or 0)
             # frame sizes vary per shot: no CUDA graph (it needs static shapes)
-            providers = provider_chain(_trt_cache(folder), "auto", cuda_graph=False,
+            providers = provider_chain(_trt_cache(folder / config["graph"]), "auto",
+                                       cuda_graph=False,
                                        device_id=index)
         self.session = ort.InferenceSession(str(folder / config["graph"]), so,
                                             providers=providers)

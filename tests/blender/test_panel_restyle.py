@@ -104,6 +104,7 @@ def test_status_reply_becomes_dropdown_items(serve) -> None:
     from painted_skin.addon.blender.client import BackendClient
     from painted_skin.addon.core.backend_status import (
         CUSTOM,
+        DEFAULT_ITEM,
         FALLBACK_PIPELINES,
         model_items,
         parse_status,
@@ -125,9 +126,13 @@ def test_status_reply_becomes_dropdown_items(serve) -> None:
     assert [i for i, *_ in pipeline_items(None, "echo")] == [*FALLBACK_PIPELINES, CUSTOM]
     assert set(registry.register_builtin()) <= set(FALLBACK_PIPELINES)
     assert skin_registry.DEFAULT_MODEL in [i for i, *_ in model_items(None, "skin", "")]
-    # Models the backend has loaded (its loaded_models format) join the registry names.
-    st = parse_status(url, {**reply, "loaded_models": ['skin@cpu model="scene"', "echo@cpu"]})
-    assert [i for i, *_ in model_items(st, "skin", "")] == ["", "demo", "scene", CUSTOM]
+    # The backend's registries name its models; loaded ones join them (loaded_models).
+    assert "demo" in st.available["skin"] and st.models == {}
+    st = parse_status(url, {**reply, "loaded_models": ['skin@cpu model="scene"', "echo@cpu"],
+                            "models": {"skin": ["demo", "hero"]}})
+    assert [i for i, *_ in model_items(st, "skin", "")] == [DEFAULT_ITEM, "demo", "hero",
+                                                             "scene", CUSTOM]
+    assert st.models == {"skin": ("scene",)}  # what the panel calls loaded
     # A reply with fields of the wrong type never breaks the panel.
     assert parse_status(url, {"pipelines": "echo", "queue_depth": "x"}).pipelines == ()
 
@@ -135,7 +140,7 @@ def test_status_reply_becomes_dropdown_items(serve) -> None:
 def test_pipeline_and_model_dropdowns_follow_the_backend(addon, serve) -> None:
     from painted_skin.addon.blender import backend_status
     from painted_skin.addon.blender.restyle_settings import restyle_args
-    from painted_skin.addon.core.backend_status import CUSTOM
+    from painted_skin.addon.core.backend_status import CUSTOM, DEFAULT_ITEM
 
     bpy = addon
     s = bpy.context.scene.painted_skin_restyle
@@ -168,6 +173,12 @@ def test_pipeline_and_model_dropdowns_follow_the_backend(addon, serve) -> None:
     assert restyle_args(s)["options"]["model"] == "demo"
     # Choosing another pipeline drops a model it would refuse.
     s.pipeline_menu = "echo"
+    assert s.model == "" and "model" not in restyle_args(s)["options"]
+    # "Default" is a real choice (an empty identifier would be a separator in Blender)
+    s.pipeline_menu = "skin"
+    assert s.model_menu == DEFAULT_ITEM
+    s.model_menu = "demo"
+    s.model_menu = DEFAULT_ITEM
     assert s.model == "" and "model" not in restyle_args(s)["options"]
 
 

@@ -34,6 +34,28 @@ def test_a_run_with_other_settings_is_refused_while_one_runs(tmp_path) -> None:
     assert json.loads((tmp_path / SETTINGS_FILE).read_text())["seed"] == 2
 
 
+def test_a_run_naming_frames_otherwise_is_refused_while_one_runs(tmp_path,
+                                                                monkeypatch) -> None:
+    from painted_skin.addon.blender import restyle_output
+    from painted_skin.addon.blender.restyle_output import (
+        check_settings,
+        frame_names,
+        frames_pattern,
+    )
+    from painted_skin.addon.blender.shot_geometry import ShotError
+
+    # both runs past the names check before either wrote its settings (started together):
+    # the folder lock itself must tell them apart
+    monkeypatch.setattr(restyle_output, "_check_names", lambda out, names: None)
+
+    (tmp_path / "o").mkdir()
+    first = check_settings(tmp_path / "o", SETTINGS)  # default names, nothing written yet
+    with frame_names(frames_pattern("shot_###")):
+        with pytest.raises(ShotError, match=r"another restyle.*frame_pattern"):
+            check_settings(tmp_path / "o", SETTINGS)
+    first.close()
+
+
 @pytest.fixture(scope="module")
 def shot_blend(tmp_path_factory) -> Path:
     return demo_walk_blend(tmp_path_factory.mktemp("lock_shot"), frames=6)

@@ -31,6 +31,15 @@ def test_written_registry_reads_back(tmp_path) -> None:
     assert [(n, str(f)) for n, f in R.registry_entries(reg)] == models
 
 
+def test_written_registry_takes_any_folder_and_one_entry_a_name(tmp_path) -> None:
+    """The add-on adds its scene's models to the backend's registry: a name both give is
+    one entry (the scene's), and a folder name outside the basic plane stays valid TOML."""
+    emoji = str(tmp_path / "skin \U0001f3a8")
+    text = R.registry_text([("scene", str(tmp_path / "old")), ("scene", emoji)])
+    reg = _write(tmp_path / "r.toml", text)
+    assert [(n, str(f)) for n, f in R.registry_entries(reg)] == [("scene", emoji)]
+
+
 @pytest.mark.parametrize("text, what", [
     ("[models.x]\npath = 3\n", "model 'x' needs a path"),
     ("[models.x]\nfolder = \"a\"\n", "model 'x' needs a path"),

@@ -26,3 +26,24 @@ def test_demo_writes_painted_frames_sheet_gif_and_metrics(bpy_clean, tmp_path, c
     assert len(list((out / "cycles").glob("*.png"))) == 6
     assert (out / "contact_sheet.png").stat().st_size > 10_000
     assert (out / "side_by_side.gif").read_bytes()[:6] == b"GIF89a"
+
+
+def test_a_rerun_keeps_what_it_made_from_the_same_inputs_only(tmp_path):
+    """Frames painted from another shot or model would be scored against references they
+    do not match: they go; a folder the demo did not write is never emptied."""
+    from painted_skin.demo.run import DemoError, keep_if_made_from
+
+    folder = tmp_path / "demo" / "restyle"
+    keep_if_made_from(folder, "shot A, model 1")
+    (folder / "0001.png").write_bytes(b"painted")
+    keep_if_made_from(folder, "shot A, model 1")
+    assert (folder / "0001.png").is_file()  # same inputs: resumed
+    keep_if_made_from(folder, "shot A, model 2")
+    assert not (folder / "0001.png").exists()  # a new model: painted again
+
+    mine = tmp_path / "project" / "restyle"
+    mine.mkdir(parents=True)
+    (mine / "keep.png").write_bytes(b"an artist's frame")
+    with pytest.raises(DemoError, match="did not write"):
+        keep_if_made_from(mine, "shot A, model 1")
+    assert (mine / "keep.png").read_bytes() == b"an artist's frame"

@@ -35,8 +35,9 @@ def test_names_follow_the_hash_run(text, frame, name):
     ("shot_##/beauty.png", "path separator after its '#' run"),
     ("shot_##\\beauty.png", "path separator after its '#' run"),
     ("shot_####.exr", "these frames are .png files"),
+    ("shot.exr", "these frames are .png files"),
     ("renders/", "names no file"),
-], ids=["two-runs", "separator", "backslash", "other-type", "no-file"])
+], ids=["two-runs", "separator", "backslash", "other-type", "other-type-no-run", "no-file"])
 def test_bad_patterns_are_refused_in_one_line(text, words):
     with pytest.raises(FramePatternError, match="^[^\n]+$") as e:
         parse_frame_pattern(text, ".png")

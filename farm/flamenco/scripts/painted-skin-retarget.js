@@ -8,7 +8,7 @@
 //       retarget --source clips/walk.bvh --target hero.blend --out OUT/walk.blend
 //       --report OUT/walk.json (the options of `painted-skin retarget`)
 //
-// Install as painted-skin.js: copy this file into the Manager's `scripts/` folder and
+// Install as painted-skin-retarget.js, beside painted-skin.js: copy this file into the Manager's `scripts/` folder and
 // restart it; it uses the same `painted_skin_entry` variable.
 //
 // Clips are independent: their tasks run in any order, in parallel. A task re-run
