@@ -57,6 +57,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     raise BadInput(f"unknown benchmark {args.what!r}")
 
 
+FRAMES_HELP = "FIRST-LAST, a list 3,5-10 or a step 1-100x2 (default: the scene's range)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="painted-skin", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -95,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p_ = sub.add_parser("passes", help="render control passes of a shot")
     p_.add_argument("shot", help="SHOT.blend (a character with an action, and a camera)")
-    p_.add_argument("--frames", help="FIRST-LAST (default: the scene's range)")
+    p_.add_argument("--frames", help=FRAMES_HELP)
     p_.add_argument("--size", default="512x512", help="WIDTHxHEIGHT")
     p_.add_argument("--engine", choices=("fast", "cycles"), default="fast")
     p_.add_argument("--passes", default="depth,normal,skeleton,mask,parts,motion",
@@ -121,12 +124,16 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--frame-pattern", metavar="NAME",
                     help="file name of each frame in OUT/restyled, e.g. shot_#### "
                          "(# count = zero padding; no #: 4 digits appended; default ####)")
-    rs.add_argument("--frames", help="FIRST-LAST (default: the scene's range)")
-    rs.add_argument("--size", default="512x512", help="WIDTHxHEIGHT")
-    rs.add_argument("--pipeline", default="sd15-controlnet", help="backend pipeline")
-    rs.add_argument("--prompt", default="")
-    rs.add_argument("--negative-prompt", default="")
-    rs.add_argument("--seed", type=int, default=0, help="shot seed (per frame: seed, frame)")
+    rs.add_argument("--frames", help=FRAMES_HELP)
+    rs.add_argument("--from-scene", action="store_true",
+                    help="render what the artist set: pipeline, model and options, prompts, "
+                         "seed, size and reference images from the shot's Restyle panel "
+                         "(saved in the .blend); the options given here override them")
+    rs.add_argument("--size", help="WIDTHxHEIGHT (default 512x512)")
+    rs.add_argument("--pipeline", help="backend pipeline (default sd15-controlnet)")
+    rs.add_argument("--prompt")
+    rs.add_argument("--negative-prompt")
+    rs.add_argument("--seed", type=int, help="shot seed (per frame: seed, frame; default 0)")
     rs.add_argument("--options", help="pipeline options: a JSON object or a .json/.toml file")
     rs.add_argument("--ref", action="append", help="reference image (IP-Adapter); repeatable")
     rs.add_argument("--camera", help="camera object, or 'auto' (see passes --camera)")

@@ -287,7 +287,8 @@ def cmd_restyle(args: argparse.Namespace) -> int:
     check_url(args.url, args.keys)  # before anything is written into --out
     _check_shot(args)
     names = _restyle_names(args)  # may move --out to the folder of a render-output path
-    width, height = _parse_size(args.size)
+    if args.size is not None:
+        _parse_size(args.size)  # checked before the shot opens
     options = _parse_options(args.options)
     refs = []
     for ref in args.ref or ():
@@ -304,6 +305,7 @@ def cmd_restyle(args: argparse.Namespace) -> int:
     with removed_if_left_empty(args.out):  # a failed start leaves no empty folder behind
         check_writable(args.out, "--out folder")
         scene, frames = _open_shot(args)
+    shot = _restyle_settings(args, scene, options, refs)
     stop = {"asked": False}
 
     def on_int(*_: object) -> None:  # Ctrl-C / a farm's stop: finish cleanly, keep frames
@@ -319,11 +321,8 @@ def cmd_restyle(args: argparse.Namespace) -> int:
         if args.start_backend:
             start_local_backend(args.start_backend, args.url, timeout_s=120.0)
         with frame_names(names):
-            summary = restyle_shot(scene, out, args.url, frames=frames,
-                                   size=(width, height), pipeline=args.pipeline,
-                                   prompt=args.prompt, seed=args.seed,
-                                   negative_prompt=args.negative_prompt, options=options,
-                                   refs=refs, keys=args.keys, timeout_s=args.timeout,
+            summary = restyle_shot(scene, out, args.url, frames=frames, **shot,
+                                   keys=args.keys, timeout_s=args.timeout,
                                    progress=progress, cancelled=lambda: stop["asked"],
                                    chain_start=scene.frame_start)  # farm chunks agree
     except BackendUnavailable as e:
@@ -341,6 +340,30 @@ def cmd_restyle(args: argparse.Namespace) -> int:
     print(f"restyle: {done}/{summary['frames']} frames done ({summary['written']} written "
           f"now, {summary['dropped']} dropped) in {summary['out']}")
     return 130 if stop["asked"] else 0
+
+
+#: ``restyle``'s values where neither the command line nor (``--from-scene``) the shot set one.
+RESTYLE_DEFAULTS = {"pipeline": "sd15-controlnet", "prompt": "", "negative_prompt": "",
+                    "seed": 0, "size": (512, 512)}
+
+
+def _restyle_settings(args: argparse.Namespace, scene, options: dict, refs: list) -> dict:
+    """The shot's settings: the command line's, over the Restyle panel's saved in the
+    .blend with ``--from-scene`` (options merged key by key, references added), over
+    :data:`RESTYLE_DEFAULTS`."""
+    given = {"pipeline": args.pipeline, "prompt": args.prompt,
+             "negative_prompt": args.negative_prompt, "seed": args.seed,
+             "size": _parse_size(args.size) if args.size is not None else None}
+    base: dict = dict(RESTYLE_DEFAULTS, options={}, refs=[])
+    if args.from_scene:
+        from .addon.blender.restyle_settings import saved_settings
+
+        try:
+            base.update(saved_settings(scene))
+        except ValueError as e:  # no saved settings, a bad reference image...
+            raise BadInput(str(e)) from None
+    out = {k: v if v is not None else base[k] for k, v in given.items()}
+    return {**out, "options": {**base["options"], **options}, "refs": base["refs"] + refs}
 
 
 def _restyle_names(args: argparse.Namespace):

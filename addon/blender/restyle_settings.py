@@ -27,6 +27,7 @@ from bpy.props import (
 
 from ..core.backend_status import CUSTOM, DEFAULT_ITEM, DEFAULT_MODEL, model_items, pipeline_items
 from .backend_status import LIVE, set_source
+from .classes import register_classes, unregister_classes
 from .client import DEFAULT_URL
 from .out_paths import PATH_OPTIONS, output_folder
 from .preferences import preferences
@@ -341,3 +342,37 @@ def apply_preset(scene: bpy.types.Scene, name: str) -> None:
     values.pop("label")
     for k, v in values.items():
         setattr(s, k, v)
+
+
+SCENE_KEY = "painted_skin_restyle"  # the Scene pointer the panel's fields are saved under
+
+
+class NoSavedSettings(ShotError):
+    """The shot was saved without Restyle settings; the message names the fix."""
+
+
+def saved_settings(scene: bpy.types.Scene) -> dict:
+    """The Restyle panel's settings saved in ``scene`` as :func:`restyle_shot` arguments
+    (``pipeline``, ``prompt``, ``negative_prompt``, ``seed``, ``options``, ``size``,
+    ``refs``): what a farm node renders when told to render what the artist set.
+
+    Works whether or not the add-on is enabled in this Blender: without it, the settings
+    classes are registered for the read and unregistered after, so the saved values are
+    read typed (enum and pointer fields included) and the process is left as found."""
+    # Blender 5.0 keeps add-on properties apart from custom ones (ID.keys() lacks them);
+    # a field never set is not in the file, a group never touched not at all
+    saved = scene.bl_system_properties_get()
+    if saved is None or SCENE_KEY not in saved.keys():
+        raise NoSavedSettings(f"the shot {bpy.data.filepath or '(unsaved)'} holds no Restyle "
+                              "settings: set them in the Restyle panel and save the .blend, "
+                              "or give --pipeline/--options here instead of --from-scene")
+    registered = hasattr(bpy.types.Scene, SCENE_KEY)
+    if not registered:
+        register_classes((PS_RestyleReference, PS_RestyleSettings),
+                         **{SCENE_KEY: PS_RestyleSettings})
+    try:
+        s = getattr(scene, SCENE_KEY)
+        return {**restyle_args(s), "size": (s.width, s.height), "refs": reference_images(s)}
+    finally:
+        if not registered:
+            unregister_classes((PS_RestyleReference, PS_RestyleSettings), SCENE_KEY)

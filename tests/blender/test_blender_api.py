@@ -35,6 +35,9 @@ APIS = [
      (5, 0)),
     ("bpy.ops.extensions.package_install_files", ("op", "extensions",
                                                   "package_install_files"), (4, 2)),
+    # 5.0 keeps add-on (RNA-defined) properties apart from custom ones: ID.keys() no
+    # longer lists them; the farm's --from-scene reads the saved panel settings there
+    ("ID.bl_system_properties_get", ("type_func", "ID", "bl_system_properties_get"), (5, 0)),
 ]
 
 

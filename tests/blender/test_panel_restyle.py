@@ -293,6 +293,51 @@ def test_panel_sends_what_the_cli_sends_and_a_saved_file_sends_it_again(
     _same_open(opens[2], opens[0])
 
 
+def test_a_farm_node_renders_what_the_artist_saved(addon, serve, opens, shot_blend, tmp_path,
+                                                  capsys) -> None:
+    """``restyle --from-scene``: the settings saved in the .blend, read by a Blender that
+    does not have the add-on enabled (a farm node), are what the panel sent."""
+    import painted_skin
+    from painted_skin import cli
+
+    bpy = addon
+    _, url = serve()
+    rng = np.random.default_rng(5)
+    ref_file = _png(tmp_path / "front.png", rng.integers(0, 256, (20, 16, 3), np.uint8))
+    ref_image = _png(tmp_path / "side.png", rng.integers(0, 256, (12, 24, 3), np.uint8))
+    scene = _open_shot(bpy, shot_blend, (1, 4))
+    s = scene.painted_skin_restyle
+    s.url, s.out_dir = url, str(tmp_path / "panel")
+    _set_panel(bpy, s, ref_file, ref_image)
+    assert bpy.ops.painted_skin.restyle() == {"FINISHED"}
+    saved = tmp_path / "saved.blend"
+    bpy.ops.wm.save_as_mainfile(filepath=str(saved))
+    painted_skin.unregister()
+    try:
+        bpy.ops.wm.read_factory_settings(use_empty=True)
+        farm = ["restyle", str(saved), "--from-scene", "--frames", "1-4", "--url", url]
+        assert cli.main([*farm, "--out", str(tmp_path / "farm")]) == 0, \
+            capsys.readouterr().err
+        _same_open(opens[1], opens[0])
+        assert not hasattr(bpy.types.Scene, "painted_skin_restyle")  # left as it found it
+        # what the command line gives wins, key by key for the options
+        assert cli.main([*farm, "--out", str(tmp_path / "farm2"), "--seed", "99",
+                         "--options", '{"steps": 2}']) == 0
+        assert opens[2].seed == 99 and opens[2].options["steps"] == 2
+        assert opens[2].options["guidance_scale"] == 5.5
+        # a shot saved without Restyle settings: one line, exit 2
+        bare = tmp_path / "bare.blend"
+        bpy.ops.wm.read_factory_settings(use_empty=True)
+        bpy.ops.wm.open_mainfile(filepath=str(shot_blend))
+        bpy.ops.wm.save_as_mainfile(filepath=str(bare))
+        capsys.readouterr()
+        assert cli.main(["restyle", str(bare), "--from-scene", "--url", url,
+                         "--out", str(tmp_path / "bare")]) == 2
+        assert "holds no Restyle settings" in capsys.readouterr().err
+    finally:
+        painted_skin.register()  # the fixture unregisters
+
+
 def test_reference_from_pixels_and_a_bad_reference(addon, tmp_path) -> None:
     from painted_skin.addon.blender.restyle_settings import reference_images
     from painted_skin.addon.blender.shot_geometry import ShotError

@@ -384,5 +384,18 @@ def test_flamenco_restyle_hands_its_frame_pattern_to_every_chunk(tmp_path):
     assert "--frame-pattern" not in plain[0]["commands"][0]["parameters"]["args"]
 
 
+
+def test_flamenco_from_scene_renders_the_saved_settings_in_order(tmp_path):
+    """``from_scene``: the job sends the shot's own Restyle settings (--from-scene), not
+    its defaults; the pipeline is only known on the worker, so the chunks run in order."""
+    tasks = flamenco_tasks({"command": "restyle", "frames": "1-4", "chunk_size": 2,
+                            "out": str(tmp_path), "blendfile": "/s.blend",
+                            "from_scene": True, "pipeline": "echo"})
+    args = tasks[0]["commands"][0]["parameters"]["args"]
+    assert "--from-scene" in args
+    assert not {"--pipeline", "--seed", "--prompt", "--size"} & set(args)
+    assert [t["dependencies"] for t in tasks] == [[], ["restyle-1-2"]]
+
+
 if __name__ == "__main__":
     sys.exit(emulate_blender(sys.argv[1:]))

@@ -40,6 +40,10 @@ const JOB_TYPE = {
           description: "passes: the comma list of passes" },
         { key: "engine", type: "string", choices: ["fast", "cycles"], default: "fast",
           description: "passes: the engine" },
+        { key: "from_scene", type: "bool", default: false,
+          description: "restyle: render what the artist set in the shot's Restyle panel " +
+                       "(saved in the .blend: pipeline, model, prompts, seed, size, " +
+                       "references); the job's options then only override" },
         { key: "pipeline", type: "string", default: "skin", description: "restyle: pipeline" },
         { key: "prompt", type: "string", default: "", description: "restyle: prompt" },
         { key: "negative_prompt", type: "string", default: "",
@@ -92,8 +96,10 @@ function isChained(pipeline, options) {
 
 function commandArgs(settings, chunk) {
     const args = ["--python-exit-code", "1", "-P", settings.entry, "--",
-                  settings.command, "--frames", chunk, "--out", settings.out,
-                  "--size", settings.size];
+                  settings.command, "--frames", chunk, "--out", settings.out];
+    if (!(settings.command === "restyle" && settings.from_scene)) {
+        args.push("--size", settings.size);
+    }
     if (settings.camera) {
         args.push("--camera", settings.camera);
     }
@@ -101,9 +107,13 @@ function commandArgs(settings, chunk) {
         args.push("--passes", settings.passes || PASSES_DEFAULT, "--engine", settings.engine);
         return args;
     }
-    args.push("--pipeline", settings.pipeline, "--prompt", settings.prompt || "",
-              "--negative-prompt", settings.negative_prompt || "",
-              "--seed", String(settings.seed || 0), "--url", settings.url);
+    if (settings.from_scene) {
+        args.push("--from-scene", "--url", settings.url);
+    } else {
+        args.push("--pipeline", settings.pipeline, "--prompt", settings.prompt || "",
+                  "--negative-prompt", settings.negative_prompt || "",
+                  "--seed", String(settings.seed || 0), "--url", settings.url);
+    }
     if (settings.options) {
         args.push("--options", settings.options);
     }
@@ -121,8 +131,10 @@ function compileJob(job) {
     if (settings.command !== "passes" && settings.command !== "restyle") {
         throw `command ${JSON.stringify(settings.command)} is unknown: passes or restyle`;
     }
-    const chained = settings.command === "restyle" &&
-        isChained(settings.pipeline, pipelineOptions(settings));
+    // from the scene: its pipeline and options are only known on the worker, so the
+    // chunks run in order (safe for any pipeline; the entry refuses a chunk out of order)
+    const chained = settings.command === "restyle" && (settings.from_scene ||
+        isChained(settings.pipeline, pipelineOptions(settings)));
     let previous = null;
     for (const chunk of frameChunker(settings.frames, settings.chunk_size)) {
         const task = author.Task(`${settings.command}-${chunk}`, "blender");
