@@ -97,7 +97,9 @@ class PS_OT_restyle(bpy.types.Operator):
                else "choose an Output folder" if not s.out_dir.strip()
                else "the Output folder is relative to the .blend, which is not saved yet: "
                     "save it first, or choose an absolute folder"
-               if s.out_dir.startswith("//") and not bpy.data.filepath else None)
+               if s.out_dir.startswith("//") and not bpy.data.filepath
+               else "the scene has no camera: add one (Passes panel: Add Camera)"
+               if context.scene.camera is None else None)
         if why:
             cls.poll_message_set(why)
         return why is None
@@ -283,6 +285,14 @@ class PS_OT_backend_start(bpy.types.Operator):
 
     _timer = None
 
+    @classmethod
+    def poll(cls, context):
+        # (running: Start restarts it, as the panel's Stop-then-Start would)
+        if _STATUS.get("busy"):
+            cls.poll_message_set("the local backend is starting: wait for it")
+            return False
+        return True
+
     timeout: IntProperty(name="Timeout", default=60, min=1,
                          description="Seconds to wait for the backend to answer")
 
@@ -370,6 +380,13 @@ class PS_OT_backend_stop(bpy.types.Operator):
 
     bl_idname = "painted_skin.backend_stop"
     bl_label = "Stop Local Backend"
+
+    @classmethod
+    def poll(cls, context):
+        if not LOCAL.running():
+            cls.poll_message_set("no local backend was started from this Blender")
+            return False
+        return True
 
     def execute(self, context):
         stop_local_backend()

@@ -268,3 +268,29 @@ def test_train_is_greyed_out_without_a_character_mesh(addon, tmp_path):
     bpy = addon
     bpy.ops.wm.save_as_mainfile(filepath=str(Path(tmp_path) / "empty.blend"))
     _refused(bpy.ops.painted_skin.train_skin, "no character mesh")
+
+
+def test_backend_and_restyle_buttons_say_why_they_are_greyed_out(bpy_clean) -> None:
+    import painted_skin
+    from painted_skin.addon.blender import restyle_ui
+
+    bpy = bpy_clean
+    painted_skin.register()
+    try:
+        assert not bpy.ops.painted_skin.backend_stop.poll()  # nothing started here
+        restyle_ui._STATUS["busy"] = True
+        try:
+            assert not bpy.ops.painted_skin.backend_start.poll()
+        finally:
+            restyle_ui._STATUS["busy"] = False
+        assert bpy.ops.painted_skin.backend_start.poll()
+        scene = bpy.context.scene
+        scene.painted_skin_restyle.out_dir = "/tmp/painted-skin-poll-test"
+        scene.camera = None
+        assert not bpy.ops.painted_skin.restyle.poll()  # no camera to render through
+        cam = bpy.data.objects.new("cam", bpy.data.cameras.new("cam"))
+        scene.collection.objects.link(cam)
+        scene.camera = cam
+        assert bpy.ops.painted_skin.restyle.poll()
+    finally:
+        painted_skin.unregister()
