@@ -171,7 +171,7 @@ def _gait_motion(t: np.ndarray, g: _Gait, heading: Callable[[np.ndarray], np.nda
 # ----------------------------------------------------------------------------- clips
 
 
-def _standing_feet(n: int, psi: float = 0.0, z: float = 0.0):
+def standing_feet(n: int, psi: float = 0.0, z: float = 0.0):
     """Both feet flat under the hips."""
     ankles, feet, toes = {}, {}, {}
     _, left = yaw_frame(np.array(psi))
@@ -202,7 +202,7 @@ def build_run(t, fps, rng):
     return _gait_motion(t, g, lambda tau: np.zeros_like(np.asarray(tau, float)), fps)
 
 
-def _idle_body(pose: PoseBuilder, t: np.ndarray, lean: np.ndarray | None = None) -> None:
+def idle_body(pose: PoseBuilder, t: np.ndarray, lean: np.ndarray | None = None) -> None:
     """Standing pelvis with a slow breathing sway."""
     sway = np.radians(1.0) * np.sin(2 * np.pi * 0.3 * t)
     tilt = np.radians(3.0) + (0.0 if lean is None else lean)
@@ -216,11 +216,11 @@ def build_wave(t, fps, rng):
     pose = PoseBuilder(n)
     pose.root[:] = [0.0, 95.5, 0.0]
     pose.root[:, 1] += 0.4 * np.sin(2 * np.pi * 0.3 * t)
-    _idle_body(pose, t)
+    idle_body(pose, t)
     zeros = np.zeros(n)
     hang_arms(pose, zeros + 0.05, zeros + 0.05, np.radians(80.0), zeros + 0.2, zeros + 0.2,
                0.3)
-    ankles, feet, toes = _standing_feet(n)
+    ankles, feet, toes = standing_feet(n)
     solve_legs(pose, ankles, feet, toes)
     # Right arm: upper arm out and a little up, forearm up, forearm sways side to side.
     up = rng.uniform(0.25, 0.45)
@@ -256,13 +256,13 @@ def build_sit(t, fps, rng):
     pose.root[:] = np.stack([np.zeros(n), y, z], -1)
     lean = np.radians(35.0) * np.sin(np.pi * ramp_between(t, t0, t0 + 1.9 * k)) + np.radians(
         8.0) * ramp_between(t, t0, t0 + 1.0 * k)
-    _idle_body(pose, t, lean)
+    idle_body(pose, t, lean)
     # Hands reach forward to balance, then rest on the thighs.
     reach = (np.radians(50.0) * np.sin(np.pi * ramp_between(t, t0, t0 + 2.0 * k))
              + np.radians(20.0) * ramp_between(t, t0 + 0.8 * k, t0 + 2.0 * k))
     elbow = np.radians(10.0) + np.radians(45.0) * ramp_between(t, t0 + 0.8 * k, t0 + 2.0 * k)
     hang_arms(pose, reach, reach, np.radians(76.0), elbow, elbow, 0.35)
-    ankles, feet, toes = _standing_feet(n, z=3.0)
+    ankles, feet, toes = standing_feet(n, z=3.0)
     solve_legs(pose, ankles, feet, toes)
     return pose, None
 
@@ -310,7 +310,7 @@ def build_jump(t, fps, rng):
     crouch = ramp_between(t, t_c0, t_p0) * (1 - ramp_between(t, t_p0, t_to))
     absorb = ramp_between(t, t_ld, t_fl_end + 0.1 * k) * (1 - ramp_between(t, t_ab, t_end))
     lean = np.radians(30.0) * crouch + np.radians(20.0) * absorb
-    _idle_body(pose, t, lean)
+    idle_body(pose, t, lean)
     # Arms: back in the crouch, forward and up through take-off, down on landing.
     arms = (-np.radians(45.0) * crouch + np.radians(120.0) * ramp_between(t, t_p0, t_to + 0.1 * k)
             * (1 - ramp_between(t, t_to + 0.2 * k, t_fl_end)) + np.radians(25.0) * absorb)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..addon.core.transforms import normalize
-from .motion_gaits import _idle_body, _standing_feet
+from .motion_gaits import idle_body, standing_feet
 from .motion_pose import (
     PoseBuilder,
     aim_frame,
@@ -77,7 +77,7 @@ def build_rom(t, fps, rng):
     dur = float(t[-1]) if n > 1 else 1.0
     pose = PoseBuilder(n)
     pose.root[:] = [0.0, 95.5, 0.0]
-    _idle_body(pose, t)
+    idle_body(pose, t)
     phase = rng.uniform(0, 2 * np.pi, 3)
     freq = rng.uniform(0.25, 0.45, 3)
     twist = np.radians(rng.uniform(25, 45)) * np.sin(2 * np.pi * freq[0] * t + phase[0])
@@ -88,7 +88,7 @@ def build_rom(t, fps, rng):
     zeros = np.zeros(n)
     hang_arms(pose, zeros + 0.05, zeros + 0.05, np.radians(80.0), zeros + 0.2, zeros + 0.2,
               0.2)
-    ankles, feet, toes = _standing_feet(n)
+    ankles, feet, toes = standing_feet(n)
     solve_legs(pose, ankles, feet, toes)
     weight = ramp_between(t, 0.0, min(0.3, 0.1 * dur)) if dur > 0.5 else np.ones(n)
     for side in ("right", "left"):

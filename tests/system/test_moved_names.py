@@ -46,7 +46,7 @@ def test_demo_modules_keep_their_rigs_paths() -> None:
     from painted_skin.rigs import motion as old_motion
     from painted_skin.rigs import spring as old_spring
     from painted_skin.rigs import textures as old_textures
-    from painted_skin.rigs.motion_gaits import _idle_body
+    from painted_skin.rigs.motion_gaits import idle_body
 
     assert old_character.build_demo_character is character.build_demo_character
     assert old_character.setup_demo_scene is character.setup_demo_scene
@@ -55,7 +55,7 @@ def test_demo_modules_keep_their_rigs_paths() -> None:
     assert old_motion.generate is motion.generate and old_motion.write_clip is motion.write_clip
     assert old_motion.KINDS is motion.KINDS
     assert old_spring.simulate is spring.simulate and old_textures.paint is textures.paint
-    assert _idle_body is importlib.import_module("painted_skin.demo.motion_gaits")._idle_body
+    assert idle_body is importlib.import_module("painted_skin.demo.motion_gaits").idle_body
     for name in MOVED_TO_DEMO:
         new = importlib.import_module(f"painted_skin.demo.{name}")
         old = importlib.import_module(f"painted_skin.rigs.{name}")
