@@ -73,6 +73,7 @@ def export_model(net: SkinNet, model_cfg: dict[str, Any], out_dir: str | os.Path
 
         save_file({k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()},
                   str(tmp / WEIGHTS))
+        os.chmod(tmp / WEIGHTS, plain_mode())  # safetensors writes 0600: farms share models
         config = {
             "format_version": FORMAT_VERSION,
             "fingerprint": fingerprint,

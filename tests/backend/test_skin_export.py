@@ -56,6 +56,8 @@ def test_folder_holds_config_graph_and_report(exported) -> None:
     assert F.channels(cfg["layout"]) == 37
     assert json.loads((folder / "report.json").read_text())["steps"] == 3
     assert not [p for p in folder.parent.iterdir() if p.name.startswith(".")]  # no temp left
+    modes = {p.name: p.stat().st_mode & 0o777 for p in folder.iterdir()}
+    assert len(set(modes.values())) == 1, modes  # every file as readable as the others
 
 
 def _copy(folder, tmp_path):
