@@ -180,8 +180,9 @@ def _fake_modal_run(bpy, cancel_after: int | None = None) -> tuple[set, object, 
 
     class Op:
         op = restyle_ui.PS_OT_restyle
-        invoke, modal, _finish = op.invoke, op.modal, op._finish
+        invoke, modal, _finish, _release = op.invoke, op.modal, op._finish, op._release
         _on_result, _args = op._on_result, op._args
+        _timer = None
         reports: list = []
 
         def report(self, kind, text):
