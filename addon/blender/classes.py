@@ -19,3 +19,12 @@ def unregister_classes(classes: tuple, *scene_settings: str) -> None:
         delattr(bpy.types.Scene, name)
     for cls in reversed(classes):
         bpy.utils.unregister_class(cls)
+
+
+class SidebarPanel:
+    """Where every Painted Skin panel sits: the 3D Viewport's sidebar (N), its own tab.
+    A mixin: ``class PS_PT_x(SidebarPanel, bpy.types.Panel)``."""
+
+    bl_space_type = "VIEW_3D"
+    bl_region_type = "UI"
+    bl_category = "Painted Skin"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bpy
 
+from .classes import SidebarPanel
 from .operators import running_job
 
 
@@ -25,12 +26,9 @@ class PS_UL_bone_map(bpy.types.UIList):
         row.label(text=f"{item.confidence:.2f}", icon="ERROR" if low else "NONE")
 
 
-class PS_PT_retarget(bpy.types.Panel):
+class PS_PT_retarget(SidebarPanel, bpy.types.Panel):
     bl_idname = "PS_PT_retarget"
     bl_label = "Retarget"
-    bl_space_type = "VIEW_3D"
-    bl_region_type = "UI"
-    bl_category = "Painted Skin"
     bl_order = 0  # the workflow: Retarget, Passes, Backend, Skin Model, Restyle, Results
 
     def draw(self, context):

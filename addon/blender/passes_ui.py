@@ -11,7 +11,7 @@ import bpy
 import numpy as np
 from bpy.props import BoolProperty, EnumProperty, IntProperty, StringProperty
 
-from .classes import register_classes, unregister_classes
+from .classes import SidebarPanel, register_classes, unregister_classes
 from .out_paths import PATH_OPTIONS, UnwritableOutput, output_folder
 from .passes import PASSES, PassOptions, make_passes
 from .shot_geometry import ShotError, ShotGeometry, render_meshes
@@ -371,12 +371,9 @@ class PS_OT_cancel_passes(bpy.types.Operator):
         return {"FINISHED"}
 
 
-class PS_PT_passes(bpy.types.Panel):
+class PS_PT_passes(SidebarPanel, bpy.types.Panel):
     bl_idname = "PS_PT_passes"
     bl_label = "Passes"
-    bl_space_type = "VIEW_3D"
-    bl_region_type = "UI"
-    bl_category = "Painted Skin"
     bl_order = 1
 
     def draw(self, context):

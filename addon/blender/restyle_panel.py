@@ -11,6 +11,7 @@ import bpy
 from bpy.props import EnumProperty
 
 from .backend_status import LINE, LIVE, ensure_timer
+from .classes import SidebarPanel
 from .local_backend import LOCAL
 from .preferences import preferences
 from .restyle_settings import PRESETS, apply_preset, backend_url, settings
@@ -196,39 +197,30 @@ def draw_shot(layout, context) -> None:
         row.operator("painted_skin.restyle_cancel", text="Cancel", icon="CANCEL")
 
 
-class PS_PT_backend(bpy.types.Panel):
+class PS_PT_backend(SidebarPanel, bpy.types.Panel):
     """Third in the workflow (after Retarget and Passes): where frames get painted."""
 
     bl_idname = "PS_PT_backend"
     bl_label = "Backend"
-    bl_space_type = "VIEW_3D"
-    bl_region_type = "UI"
-    bl_category = "Painted Skin"
     bl_order = 2
 
     def draw(self, context):
         draw_backend(self.layout, context)
 
 
-class PS_PT_restyle(bpy.types.Panel):
+class PS_PT_restyle(SidebarPanel, bpy.types.Panel):
     bl_idname = "PS_PT_restyle"
     bl_label = "Restyle"
-    bl_space_type = "VIEW_3D"
-    bl_region_type = "UI"
-    bl_category = "Painted Skin"
     bl_order = 4
 
     def draw(self, context):
         draw_shot(self.layout, context)
 
 
-class PS_PT_restyle_controls(bpy.types.Panel):
+class PS_PT_restyle_controls(SidebarPanel, bpy.types.Panel):
     bl_idname = "PS_PT_restyle_controls"
     bl_label = "Diffusion Controls"
     bl_parent_id = "PS_PT_restyle"
-    bl_space_type = "VIEW_3D"
-    bl_region_type = "UI"
-    bl_category = "Painted Skin"
     bl_options = {"DEFAULT_CLOSED"}
 
     def draw(self, context):
@@ -249,13 +241,10 @@ class PS_PT_restyle_controls(bpy.types.Panel):
         col.prop(s, "extra_options")
 
 
-class PS_PT_restyle_references(bpy.types.Panel):
+class PS_PT_restyle_references(SidebarPanel, bpy.types.Panel):
     bl_idname = "PS_PT_restyle_references"
     bl_label = "Reference Images"
     bl_parent_id = "PS_PT_restyle"
-    bl_space_type = "VIEW_3D"
-    bl_region_type = "UI"
-    bl_category = "Painted Skin"
     bl_options = {"DEFAULT_CLOSED"}
 
     def draw(self, context):

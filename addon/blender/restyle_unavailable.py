@@ -11,6 +11,8 @@ import sys
 
 import bpy
 
+from .classes import SidebarPanel
+
 REASON = {"text": ""}
 
 
@@ -24,12 +26,9 @@ def fix_text() -> str:
             f"{plat}.zip), which bundles pyzmq, or install pyzmq into Blender's Python")
 
 
-class PS_PT_restyle(bpy.types.Panel):
+class PS_PT_restyle(SidebarPanel, bpy.types.Panel):
     bl_idname = "PS_PT_restyle"
     bl_label = "Restyle"
-    bl_space_type = "VIEW_3D"
-    bl_region_type = "UI"
-    bl_category = "Painted Skin"
     bl_order = 4
 
     def draw(self, context):

@@ -10,6 +10,7 @@ from pathlib import Path
 import bpy
 import numpy as np
 
+from .classes import SidebarPanel
 from .restyle_output import RESTYLED, frame_done, result_path
 from .restyle_settings import out_folder, reference_images, settings
 from .restyle_viewer import show_results
@@ -229,12 +230,9 @@ class PS_OT_compare(_NeedsResults, bpy.types.Operator):
         return {"FINISHED"}
 
 
-class PS_PT_restyle_results(bpy.types.Panel):
+class PS_PT_restyle_results(SidebarPanel, bpy.types.Panel):
     bl_idname = "PS_PT_restyle_results"
     bl_label = "Results"
-    bl_space_type = "VIEW_3D"
-    bl_region_type = "UI"
-    bl_category = "Painted Skin"
     bl_order = 5
 
     def draw(self, context):

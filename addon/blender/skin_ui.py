@@ -20,7 +20,7 @@ from pathlib import Path
 import bpy
 from bpy.props import BoolProperty, EnumProperty, FloatProperty, IntProperty, StringProperty
 
-from .classes import register_classes, unregister_classes
+from .classes import SidebarPanel, register_classes, unregister_classes
 from .out_paths import PATH_OPTIONS
 from .preferences import preferences
 from .shot_geometry import render_meshes
@@ -287,12 +287,9 @@ def scene_models(context=None) -> dict[str, str]:
     return out
 
 
-class PS_PT_skin(bpy.types.Panel):
+class PS_PT_skin(SidebarPanel, bpy.types.Panel):
     bl_idname = "PS_PT_skin"
     bl_label = "Skin Model"
-    bl_space_type = "VIEW_3D"
-    bl_region_type = "UI"
-    bl_category = "Painted Skin"
     bl_order = 3
 
     def draw(self, context):

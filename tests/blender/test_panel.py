@@ -388,38 +388,50 @@ _DRAW_SCRIPT = textwrap.dedent("""
 
 
 def _flatten(items) -> list[dict]:
+    """Every layout item, nested ones included (a list of panels' layouts is one list)."""
     out = []
     for it in items:
+        if isinstance(it, list):
+            out += _flatten(it)
+            continue
         out.append(it)
         out += _flatten(it.get("items", []))
     return out
 
 
+class Drawn:
+    """The layouts a draw script prints (``LAYOUT{json}``), drawn in a subprocess: the
+    undisplayed popover block is leaked by design (ending it needs a visible window), and
+    a crash in Blender's UI code must not take the suite down. Errors in draw code called
+    back from C (draw_item) and unknown property names in layout.prop() are only printed,
+    never raised: the output is searched for them."""
+
+    def __init__(self, script: str) -> None:
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        problems = [x for x in (proc.stdout + proc.stderr).splitlines()
+                    if "Traceback" in x or "Error:" in x or "not found" in x]
+        assert problems == []
+        line = next(x for x in proc.stdout.splitlines() if x.startswith("LAYOUT"))
+        self.layouts = {k: _flatten(v) for k, v in json.loads(line[len("LAYOUT"):]).items()}
+
+    def ops(self, kind: str) -> set[str]:
+        return {it["operator"] for it in self.layouts[kind] if "operator" in it}
+
+    def props(self, kind: str) -> set[str]:
+        return {it["rna"].split("[")[0] for it in self.layouts[kind] if "rna" in it}
+
+    def texts(self, kind: str) -> list[str]:
+        return [it.get("draw_string", "") for it in self.layouts[kind]]
+
+
 def test_panel_draws_its_controls_and_the_bone_list():
-    """The panel's draw() and the UIList's draw_item() run against a real layout.
-    A subprocess: the undisplayed popover block is leaked by design (ending it needs
-    a visible window), and a crash in Blender's UI code must not take the suite down."""
-    proc = subprocess.run([sys.executable, "-c", _DRAW_SCRIPT], capture_output=True,
-                          text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    # Errors in draw code called back from C (draw_item) and unknown property names in
-    # layout.prop() are only printed, never raised: look for them in the output.
-    problems = [x for x in (proc.stdout + proc.stderr).splitlines()
-                if "Traceback" in x or "Error:" in x or "not found" in x]
-    assert problems == []
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("LAYOUT"))
-    layouts = {k: _flatten(v) for k, v in json.loads(line[len("LAYOUT"):]).items()}
+    """The panel's draw() and the UIList's draw_item() run against a real layout."""
+    drawn = Drawn(_DRAW_SCRIPT)
+    ops, props, texts = drawn.ops, drawn.props, drawn.texts
 
-    def ops(kind):
-        return {it["operator"] for it in layouts[kind] if "operator" in it}
-
-    def props(kind):
-        return {it["rna"].split("[")[0] for it in layouts[kind] if "rna" in it}
-
-    def texts(kind):
-        return [it.get("draw_string", "") for it in layouts[kind]]
-
-    for kind in layouts:
+    for kind in drawn.layouts:
         assert {"bpy.ops.painted_skin.retarget()", "bpy.ops.painted_skin.detect_map()",
                 "bpy.ops.painted_skin.load_map()", "bpy.ops.painted_skin.save_map()"} \
             <= ops(kind)
@@ -484,23 +496,8 @@ def test_passes_and_skin_sections_draw_their_controls_and_progress():
     """The Passes and Skin Model sections' draw() against a real layout: the OpenPose
     0-1 checkbox, the model picker's field for each choice, and while a render or a
     retarget runs, its progress with a Cancel button in place of the start button."""
-    proc = subprocess.run([sys.executable, "-c", _DRAW_STEPS_SCRIPT], capture_output=True,
-                          text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    problems = [x for x in (proc.stdout + proc.stderr).splitlines()
-                if "Traceback" in x or "Error:" in x or "not found" in x]
-    assert problems == []
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("LAYOUT"))
-    layouts = {k: _flatten(v) for k, v in json.loads(line[len("LAYOUT"):]).items()}
-
-    def ops(kind):
-        return {it["operator"] for it in layouts[kind] if "operator" in it}
-
-    def props(kind):
-        return {it["rna"].split("[")[0] for it in layouts[kind] if "rna" in it}
-
-    def texts(kind):
-        return [it.get("draw_string", "") for it in layouts[kind]]
+    drawn = Drawn(_DRAW_STEPS_SCRIPT)
+    ops, props, texts = drawn.ops, drawn.props, drawn.texts
 
     assert "PS_PassesSettings.openpose_normalized" in props("passes")
     assert "bpy.ops.painted_skin.render_passes()" in ops("passes")

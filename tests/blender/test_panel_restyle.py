@@ -6,8 +6,6 @@ panel, the Results buttons, and settings that survive save and reload."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -17,6 +15,7 @@ import numpy as np
 import pytest
 from conftest import demo_walk_blend
 from test_client import free_url
+from test_panel import Drawn
 
 
 @pytest.fixture(scope="module")
@@ -554,35 +553,10 @@ _DRAW_SCRIPT = textwrap.dedent("""
 """)
 
 
-def _flatten(items) -> list[dict]:
-    out = []
-    for it in items:
-        out.append(it)
-        out += _flatten(it.get("items", []))
-    return out
-
-
 def test_panel_draws_backend_settings_progress_and_results() -> None:
-    """The panels' draw() against a real layout, in a subprocess (the popover block is
-    leaked by design; a crash in Blender's UI code must not take the suite down)."""
-    proc = subprocess.run([sys.executable, "-c", _DRAW_SCRIPT], capture_output=True,
-                          text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    problems = [x for x in (proc.stdout + proc.stderr).splitlines()
-                if "Traceback" in x or "Error:" in x or "not found" in x]
-    assert problems == []
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("LAYOUT"))
-    layouts = {k: _flatten([it for panel in v for it in panel])
-               for k, v in json.loads(line[len("LAYOUT"):]).items()}
-
-    def ops(kind):
-        return {it["operator"] for it in layouts[kind] if "operator" in it}
-
-    def props(kind):
-        return {it["rna"].split("[")[0] for it in layouts[kind] if "rna" in it}
-
-    def texts(kind):
-        return [it.get("draw_string", "") for it in layouts[kind]]
+    """The panels' draw() against a real layout (:class:`test_panel.Drawn`)."""
+    drawn = Drawn(_DRAW_SCRIPT)
+    ops, props, texts = drawn.ops, drawn.props, drawn.texts
 
     idle, running = "idle", "running"
     assert {"PS_RestyleSettings.pipeline_menu", "PS_RestyleSettings.model_menu",
