@@ -105,3 +105,18 @@ def client():
     yield make
     for c in made:
         c.close()
+
+
+@pytest.fixture(scope="module")
+def skin_backend():
+    """A ``painted-skin serve`` process (its default pipelines, the embedded skin model
+    among them) that a module's restyles talk to; its URL."""
+    import subprocess
+
+    from test_client import free_url, serve_command, stop
+
+    url = free_url()
+    proc = subprocess.Popen(serve_command(url), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    yield url
+    stop(proc)

@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import demo_walk_blend
-from test_client import free_url, serve_command, stop
 
 
 @pytest.fixture(scope="module")
@@ -22,17 +21,6 @@ def model_dir() -> Path:
     assert (folder / "config.json").is_file(), \
         f"the embedded skin model is missing at {folder}: painted-skin train-skin --character demo"
     return folder
-
-
-@pytest.fixture(scope="module")
-def skin_backend():
-    import subprocess
-
-    url = free_url()
-    proc = subprocess.Popen(serve_command(url), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    yield url
-    stop(proc)
 
 
 @pytest.fixture(scope="module")

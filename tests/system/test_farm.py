@@ -219,17 +219,6 @@ def test_flamenco_job_type_refuses_bad_options_at_submission(shot, tmp_path):
 
 # ---- a temporal shot in chunks: the skin model warps each frame's predecessor ----------
 
-@pytest.fixture(scope="module")
-def skin_backend():
-    from test_client import free_url, serve_command, stop
-
-    url = free_url()
-    proc = subprocess.Popen(serve_command(url), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    yield url
-    stop(proc)
-
-
 RESTYLE = ["--size", "64x64", "--pipeline", "skin", "--seed", "3", "--timeout", "120"]
 
 

@@ -3,7 +3,6 @@ parsing, and restyle runs that write, resume and continue a temporal chain by th
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -72,18 +71,6 @@ def shot(tmp_path_factory) -> Path:
     from conftest import demo_walk_blend
 
     return demo_walk_blend(tmp_path_factory.mktemp("pattern_shot"), frames=6)
-
-
-@pytest.fixture(scope="module")
-def skin_backend():
-    """A ``painted-skin serve`` every restyle below talks to."""
-    from test_client import free_url, serve_command, stop
-
-    url = free_url()
-    proc = subprocess.Popen(serve_command(url), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    yield url
-    stop(proc)
 
 
 SKIN = ["--size", "32x32", "--pipeline", "skin", "--seed", "3", "--timeout", "120"]
