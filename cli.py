@@ -136,6 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--seed", type=int, help="shot seed (per frame: seed, frame; default 0)")
     rs.add_argument("--options", help="pipeline options: a JSON object or a .json/.toml file")
     rs.add_argument("--ref", action="append", help="reference image (IP-Adapter); repeatable")
+    rs.add_argument("--ref-weight", action="append", metavar="W",
+                    help="weight of the matching --ref (the references' embeddings are "
+                         "averaged with these weights; default 1); repeatable, one per --ref, "
+                         "same order")
     rs.add_argument("--camera", help="camera object, or 'auto' (see passes --camera)")
     rs.add_argument("--url", default="tcp://127.0.0.1:5555", help="backend address")
     rs.add_argument("--keys", help="CurveZMQ keys folder, for a backend on another machine")

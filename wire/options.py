@@ -1,4 +1,4 @@
-"""The ``cross_frame`` option's one vocabulary, read alike by both ends of the wire.
+"""The shot options both ends of the wire read alike: ``cross_frame`` and ``ref_weights``.
 
 The add-on decides from it whether a shot is chained (painted in order, resumed at
 its first frame); the backend's OPEN check, its pipelines and its result-cache rule
@@ -12,11 +12,20 @@ Accepted values (OPEN accepts all of them, and the pipelines run what OPEN accep
 - ``"first"`` (every frame attends to the chain's first frame) or ``"previous"``.
 
 Anything else is refused with :class:`CrossFrameError`.
+
+``ref_weights``: one non-negative number per reference image (the OPEN's ``ref0..refN``,
+same order), not all zero; absent means equal weights. The pipelines average the
+references' image embeddings with these weights (normalised to sum 1), so the add-on,
+the CLI and the backend's OPEN check refuse the same lists (:class:`RefWeightsError`).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import Any
+
+from .limits import MAX_ARRAYS
 
 # The values that mean "off"; compared with ``in`` (so ``0`` is off, as ``0 == False``).
 CROSS_FRAME_OFF: tuple[Any, ...] = (None, False, "", "off", "none")
@@ -39,4 +48,96 @@ def cross_frame_mode(value: Any, default: str = "first") -> str | None:
     return mode
 
 
-__all__ = ["CROSS_FRAME_MODES", "CROSS_FRAME_OFF", "CrossFrameError", "cross_frame_mode"]
+# An OPEN carries only its reference images as arrays: they are bounded by the array cap.
+MAX_REFS = MAX_ARRAYS
+
+
+class RefWeightsError(ValueError):
+    """A ``ref_weights`` value the pipelines cannot use; the message says what to send."""
+
+
+def ref_weights(value: Any, n_refs: int | None = None) -> list[float] | None:
+    """``value`` checked as the ``ref_weights`` option: a list of floats, or None when
+    absent. With ``n_refs`` (the references sent) its length must match. Raises
+    :class:`RefWeightsError` in one line naming the problem and the fix."""
+    if value is None:
+        return None
+    fix = "send one non-negative number per reference image, e.g. [1.0, 0.5]"
+    if not isinstance(value, list | tuple):
+        raise RefWeightsError(f"ref_weights {value!r} is not a list: {fix}")
+    if len(value) > MAX_REFS:
+        raise RefWeightsError(f"ref_weights has {len(value)} weights: at most {MAX_REFS} "
+                              "reference images fit in one OPEN")
+    out = []
+    for i, w in enumerate(value):
+        if isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w):
+            raise RefWeightsError(f"ref_weights[{i}] {w!r} is not a number: {fix}")
+        if w < 0:
+            raise RefWeightsError(f"ref_weights[{i}] is {w!r}, below 0: {fix}")
+        out.append(float(w))
+    if n_refs is not None and len(out) != n_refs:
+        raise RefWeightsError(f"ref_weights has {len(out)} weights for {n_refs} reference "
+                              f"images: give exactly one per reference, in the same order")
+    if out and not any(out):
+        raise RefWeightsError("ref_weights are all 0: give at least one reference a weight "
+                              "above 0, or send no references")
+    return out
+
+
+def normalized_ref_weights(value: Any, n_refs: int) -> list[float]:
+    """The weights the pipelines average ``n_refs`` references' embeddings with: the
+    checked ``ref_weights`` (equal when absent) divided by their sum; empty for no refs."""
+    weights = ref_weights(value, n_refs)
+    if n_refs == 0 and not weights:
+        return []
+    weights = weights or [1.0] * n_refs
+    total = math.fsum(weights)
+    return [w / total for w in weights]
+
+
+def ref_weights_problem(options: dict[str, Any], n_refs: int) -> str | None:
+    """Why ``options``' ``ref_weights`` cannot go with ``n_refs`` references (None: they
+    can): the OPEN check once the reference arrays are counted."""
+    try:
+        ref_weights(options.get("ref_weights"), n_refs)
+    except RefWeightsError as e:
+        return str(e)
+    return None
+
+
+def cli_ref_weights(given: Sequence[str] | None, n_refs: int) -> list[float] | None:
+    """``--ref-weight W`` (repeatable, in ``--ref`` order) as ``ref_weights``; None when
+    none is given. Raises :class:`RefWeightsError` for a count that differs from the
+    ``--ref`` count or a value that is not a non-negative number."""
+    if not given:
+        return None
+    if len(given) != n_refs:
+        raise RefWeightsError(f"{len(given)} --ref-weight for {n_refs} --ref: give one "
+                              "--ref-weight per --ref, in the same order (or none)")
+    values: list[Any] = []
+    for w in given:
+        try:
+            values.append(float(w))
+        except ValueError:
+            raise RefWeightsError(f"--ref-weight {w!r} is not a number: write e.g. "
+                                  "--ref-weight 0.5") from None
+    try:
+        return ref_weights(values, n_refs)
+    except RefWeightsError as e:
+        raise RefWeightsError(f"--ref-weight: {e}") from None
+
+
+def merged_ref_weights(first: Sequence[float] | None, n_first: int,
+                       second: Sequence[float] | None, n_second: int) -> list[float] | None:
+    """The weights of two reference lists sent one after the other (a shot's saved
+    references, then the command line's): each list's own, 1.0 each where it has none;
+    None when neither has weights."""
+    if first is None and second is None:
+        return None
+    return [*(first if first is not None else [1.0] * n_first),
+            *(second if second is not None else [1.0] * n_second)]
+
+
+__all__ = ["CROSS_FRAME_MODES", "CROSS_FRAME_OFF", "MAX_REFS", "CrossFrameError",
+           "RefWeightsError", "cli_ref_weights", "cross_frame_mode", "merged_ref_weights",
+           "normalized_ref_weights", "ref_weights", "ref_weights_problem"]

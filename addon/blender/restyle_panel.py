@@ -116,7 +116,7 @@ class PS_OT_reference_remove(bpy.types.Operator):
 
 
 class PS_UL_references(bpy.types.UIList):
-    """One reference per row: use toggle, image picker, else the file path."""
+    """One reference per row: use toggle, image picker, else the file path, weight."""
 
     bl_idname = "PS_UL_references"
 
@@ -126,6 +126,10 @@ class PS_UL_references(bpy.types.UIList):
         row.template_ID(item, "image", open="image.open")
         if item.image is None:
             row.prop(item, "filepath", text="")
+        sub = row.row(align=True)
+        sub.active = item.use
+        sub.ui_units_x = 3
+        sub.prop(item, "weight", text="")
 
 
 def draw_backend(layout, context) -> None:

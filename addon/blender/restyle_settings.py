@@ -101,6 +101,10 @@ class PS_RestyleReference(bpy.types.PropertyGroup):
                              description="An image file, used when no Image is picked")
     use: BoolProperty(name="Use", default=True,
                       description="Send this reference (off: keep the row, send nothing)")
+    weight: FloatProperty(name="Weight", default=1.0, min=0.0, max=2.0,
+                          description="How much this reference counts in the look, against "
+                                      "the others (their image embeddings are averaged with "
+                                      "these weights: 1 front, 0.5 side view)")
 
 
 class PS_RestyleSettings(bpy.types.PropertyGroup):
@@ -256,7 +260,23 @@ def restyle_options(s: PS_RestyleSettings) -> dict:
                                  for k in CONTROLNETS}
     if s.use_ref_strength and any(r.use for r in s.references):
         options["ip_adapter_scale"] = round(s.ref_strength, 4)
+    weights = reference_weights(s)
+    if weights is not None:
+        options["ref_weights"] = weights
     return _merge(options, _extra(s))
+
+
+def reference_weights(s: PS_RestyleSettings) -> list[float] | None:
+    """The used reference rows' weights, in :func:`reference_images`' order, as the
+    ``ref_weights`` option; None when all are 1 (the backend's equal weights). Raises
+    :class:`ShotError` when every used row weighs 0 (the backend would refuse it)."""
+    weights = [round(r.weight, 4) for r in s.references if r.use]
+    if all(w == 1.0 for w in weights):
+        return None
+    if not any(weights):
+        raise ShotError("every used reference has weight 0: give one a weight above 0, "
+                        "or turn the references off")
+    return weights
 
 
 def restyle_args(s: PS_RestyleSettings) -> dict:

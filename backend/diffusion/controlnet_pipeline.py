@@ -15,6 +15,9 @@ Options (``options`` of a session; all optional)::
     depth_near, depth_far    shot-fixed depth range in metres (else the first frame's,
                              kept in the session state)
     ip_adapter_scale         IP-Adapter strength (refs are the reference images)
+    ref_weights: [1.0, 0.5]  one non-negative weight per reference (absent: equal); the
+                             references' image embeddings are averaged with them, so
+                             any number of refs is one image's tokens
     temporal: true           warp the previous frame as the init (needs state + motion)
     temporal_strength: 0.5   strength when every pixel was seen; rises to temporal_max_strength
     temporal_max_strength: 0.9, temporal_min_valid: 0.3 (below: a fresh frame), depth_tol: 0.05
@@ -27,6 +30,7 @@ Options (``options`` of a session; all optional)::
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +49,7 @@ from .components import (
     load_named,
 )
 from .cross_frame import cross_frame_session
-from .options import parse_cross_frame
+from .options import normalized_ref_weights, parse_cross_frame
 
 DEFAULT_CONTROL = {"depth": (0.8, 0.0, 1.0), "normal": (0.5, 0.0, 1.0),
                    "openpose": (1.0, 0.0, 1.0)}
@@ -99,6 +103,30 @@ def depth_range(depth: np.ndarray, margin: float = 0.1) -> tuple[float, float]:
     lo, hi = float(fin.min()), float(fin.max())
     pad = max(hi - lo, 1e-3) * margin
     return max(lo - pad, 1e-4), hi + pad
+
+
+def weighted_ref_embedding(refs: Sequence[np.ndarray], weights: Sequence[float] | None,
+                           encode: Callable[[list[np.ndarray]], Any]) -> Any:
+    """The references' image embeddings averaged with ``weights`` (the ``ref_weights``
+    option, normalised to sum 1; equal when None) as a (1, 1, D) tensor: one image's
+    tokens whatever the number of references, as IPAdapter's "average" combines them,
+    so the exported UNet graph keeps one input shape. ``encode`` maps images to (n, D)
+    embeddings; zero-weight references are not encoded (weights [1, 0] are the first
+    reference alone, exactly)."""
+    import torch
+
+    norm = normalized_ref_weights(None if weights is None else list(weights), len(refs))
+    kept = [(r, w) for r, w in zip(refs, norm, strict=True) if w > 0]
+    emb = encode([r for r, _ in kept])
+    w = torch.tensor([w for _, w in kept], dtype=torch.float32, device=emb.device)
+    return (w[:, None] * emb.float()).sum(0)[None, None].to(emb.dtype)  # fp32 sum for fp16
+
+
+def pil_refs(refs: Sequence[np.ndarray]) -> list[Any]:
+    """Reference images as PIL RGB images, for the image encoder's feature extractor."""
+    from PIL import Image
+
+    return [Image.fromarray(np.ascontiguousarray(r[..., :3]).astype(np.uint8)) for r in refs]
 
 
 class RestylePipeline:
@@ -266,23 +294,23 @@ class RestylePipeline:
             ends.append(float(u.get("end", b0)))
         return scales, starts, ends
 
-    def image_embeds(self, refs: list[np.ndarray], cfg: bool) -> list[Any]:
-        """IP-Adapter embeddings of the reference images (several views become
-        several image tokens); zeros (and scale 0) without refs or encoder."""
+    def image_embeds(self, refs: list[np.ndarray], cfg: bool,
+                     weights: Sequence[float] | None = None) -> list[Any]:
+        """IP-Adapter embeddings of the reference images, averaged with ``weights``
+        (:func:`weighted_ref_embedding`); zeros (and scale 0) without refs or encoder."""
         import torch
 
         enc = self.components.image_encoder
         proj = self.txt2img.unet.encoder_hid_proj.image_projection_layers[0]
         dim = proj.image_embeds.in_features
         if refs and enc is not None:
-            from PIL import Image
+            def encode(images: list[np.ndarray]) -> Any:
+                px = self.components.feature_extractor(images=pil_refs(images),
+                                                       return_tensors="pt").pixel_values
+                with torch.no_grad():
+                    return enc(px.to(self.device, enc.dtype)).image_embeds  # (n, D)
 
-            pil = [Image.fromarray(np.ascontiguousarray(r[..., :3]).astype(np.uint8))
-                   for r in refs]
-            px = self.components.feature_extractor(images=pil, return_tensors="pt").pixel_values
-            with torch.no_grad():
-                emb = enc(px.to(self.device, enc.dtype)).image_embeds  # (n, D)
-            pos = emb[None]
+            pos = weighted_ref_embedding(refs, weights, encode)
             self.txt2img.set_ip_adapter_scale(self.ip_adapter_scale)
         else:
             pos = torch.zeros(1, 1, dim, device=self.device, dtype=self.dtype)
@@ -310,6 +338,7 @@ class RestylePipeline:
 
         options = options or {}
         refs = refs or []
+        weights = options.get("ref_weights")
         self.set_scheduler(str(options.get("scheduler", self.default_scheduler)))
         steps = min(100, max(1, int(options.get("steps", 4))))
         cfg_default = 1.0 if self.scheduler_name in FEW_STEP else 7.0
@@ -337,7 +366,8 @@ class RestylePipeline:
             callback_on_step_end=on_step)
         if self.ip_adapter_loaded:
             common["ip_adapter_image_embeds"] = (ip_adapter_image_embeds
-                                                 or self.image_embeds(refs, guidance > 1.0))
+                                                 or self.image_embeds(refs, guidance > 1.0,
+                                                                      weights))
         mode, strength, vf = "fresh", 1.0, 0.0
         init = self._temporal_init(passes, options, frame, state, width, height)
         with (self.cross_frame(state, frame, options.get("cross_frame")),

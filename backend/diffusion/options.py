@@ -14,7 +14,10 @@ from typing import Any
 # Re-exported: the pipelines and cross-frame attention read their vocabulary here.
 from ...wire.options import CROSS_FRAME_MODES as CROSS_FRAME_MODES
 from ...wire.options import CrossFrameError
+from ...wire.options import RefWeightsError as RefWeightsError
 from ...wire.options import cross_frame_mode as parse_cross_frame
+from ...wire.options import normalized_ref_weights as normalized_ref_weights
+from ...wire.options import ref_weights as parse_ref_weights
 
 # The options that change what a factory loads (the backend keeps one pipeline per
 # distinct value of them); everything else is per-frame.
@@ -40,7 +43,9 @@ def engine_problem(options: dict[str, Any]) -> str | None:
 
 def option_problems(options: dict[str, Any]) -> list[str]:
     """The checks of the options SD 1.5 and SDXL share (registry, steps, cross-frame,
-    engine): told on OPEN, before the shot starts."""
+    reference weights, engine): told on OPEN, before the shot starts. The weights'
+    count against the references is the OPEN's :func:`wire.options.ref_weights_problem`
+    (the references are not among the options)."""
     if "registry" in options:
         return ["option 'registry' is not accepted from clients: set PAINTED_SKIN_MODELS "
                 "where the backend runs"]
@@ -50,6 +55,10 @@ def option_problems(options: dict[str, Any]) -> list[str]:
     try:
         parse_cross_frame(options.get("cross_frame"))
     except CrossFrameError as e:
+        return [str(e)]
+    try:
+        parse_ref_weights(options.get("ref_weights"))
+    except RefWeightsError as e:
         return [str(e)]
     problem = engine_problem(options)
     return [problem] if problem else []

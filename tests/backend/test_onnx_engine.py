@@ -269,7 +269,7 @@ def test_ip_adapter_matches_torch(cache) -> None:
         outs[name] = a
     assert np.abs(outs["one"].astype(int) - outs["none"]).mean() > 0.3  # the refs matter
     assert np.abs(outs["one"].astype(int) - outs["weak"]).mean() > 0.15  # so does the scale
-    assert sorted(k[2] for k in op.onnx.engines) == [1, 2]  # one engine per reference count
+    assert [k[2] for k in op.onnx.engines] == [1]  # one graph whatever the number of references
     # The UNet graph itself, against the torch UNet + ControlNets with the adapter.
     from diffusers.models.attention_processor import IPAdapterAttnProcessor2_0
 

@@ -212,6 +212,9 @@ def test_frame_result_is_correct(serve, client):
     ({"session": ""}, {}, "session"),
     ({}, {"ref0": np.zeros((4, 4), np.uint8)}, "uint8 (H, W, 3)"),
     ({}, {"face": np.zeros((4, 4, 3), np.uint8)}, "ref0..refN"),
+    ({"options": {"ref_weights": [1, 1]}}, {"ref0": np.zeros((4, 4, 3), np.uint8)},
+     "2 weights for 1 reference"),
+    ({"options": {"ref_weights": [-1]}}, {"ref0": np.zeros((4, 4, 3), np.uint8)}, "below 0"),
 ])
 def test_open_errors(serve, client, fields, arrays, words):
     _, ep = serve()

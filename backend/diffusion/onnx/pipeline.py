@@ -12,9 +12,10 @@ rounding). The ControlNet shim only records the control images and per-step
 scales; the UNet shim runs the combined UNet + ControlNets graph, the control
 images' embeddings computed once a frame (:meth:`~.engine.OnnxEngine.control_embeddings`).
 IP-Adapter: the reference images through the image encoder graph, their
-embeddings and the scale into the UNet graph. The graphs are exported (or
-taken from the cache) per frame size and number of reference images, when a
-session opens (:meth:`OnnxRestylePipeline.prepare`) or on first use. SDXL:
+embeddings averaged (option ``ref_weights``) into one image's tokens and the
+scale into the UNet graph, so one graph takes any number of references. The
+graphs are exported (or taken from the cache) per frame size, when a session
+opens (:meth:`OnnxRestylePipeline.prepare`) or on first use. SDXL:
 :mod:`.xl`. Cross-frame attention (option ``cross_frame``): a session asking
 for it gets the cross-frame variant of the UNet graph (:mod:`.cross_frame`);
 the engine keeps the anchor frame's keys and values per layer and step in the
@@ -31,13 +32,13 @@ from typing import Any
 
 import numpy as np
 
-from ..controlnet_pipeline import RestylePipeline
-from ..options import parse_cross_frame
+from ..controlnet_pipeline import RestylePipeline, pil_refs, weighted_ref_embedding
+from ..options import normalized_ref_weights, parse_cross_frame
 from .engine import OnnxEngine
 from .export import IMAGE, TEXT2, ExportSpec, export_components
 from .runtime import CPU, TRT, provider_names
 
-MAX_ENGINES = 3  # loaded engines (frame sizes x reference counts) per pipeline
+MAX_ENGINES = 3  # loaded engines (frame sizes x graph variants) per pipeline
 
 
 class OnnxHost:
@@ -121,8 +122,8 @@ class OnnxRestylePipeline(RestylePipeline):
     "fp32" or "fp16" (default fp16 with a GPU provider and torch CUDA, else
     fp32); ``cache_dir``: the export cache (default
     :func:`.export.default_cache_dir`). With an IP-Adapter the reference images
-    go through the image encoder graph and the UNet graph takes their
-    embeddings and the adapter scale; one engine per number of references.
+    go through the image encoder graph and the UNet graph takes their weighted
+    mean embedding (one image's tokens, however many references) and the scale.
     """
 
     engine_name = "onnx"
@@ -167,18 +168,17 @@ class OnnxRestylePipeline(RestylePipeline):
         self._reweigh(super().load_ip_adapter, *args, **kw)
 
     def _ip_images(self, refs: Any) -> int:
-        """Reference images the UNet graph takes: 0 without an IP-Adapter; 1 (zero
-        embeddings) without references or image encoder."""
-        if not self.ip_adapter_loaded:
-            return 0
-        n = len(refs or ())
-        return n if n and self.components.image_encoder is not None else 1
+        """Image-embedding tokens the UNet graph takes: 0 without an IP-Adapter, else 1
+        (the references' weighted mean, or zero embeddings without references)."""
+        return 1 if self.ip_adapter_loaded else 0
 
     def prepare(self, *, width: int, height: int, options: dict[str, Any] | None = None,
                 refs: Any = ()) -> None:
         """Export (or take from the cache) and open the graphs for this frame size (and
         the cross-frame variant when ``options`` ask for it); the backend calls it when
-        a session opens, so a failing export fails the OPEN."""
+        a session opens, so a failing export (or ``ref_weights`` that do not fit the
+        references) fails the OPEN."""
+        normalized_ref_weights((options or {}).get("ref_weights"), len(refs or ()))
         self.onnx.prepare(height, width, self._ip_images(refs), cross_on(options))
 
     def prepared(self, *, width: int, height: int, options: dict[str, Any] | None = None,
@@ -201,22 +201,22 @@ class OnnxRestylePipeline(RestylePipeline):
         with anchored_call(self.onnx, "cross", state, frame, mode) as cf:
             yield cf
 
-    def image_embeds(self, refs: list[np.ndarray], cfg: bool) -> list[Any]:
+    def image_embeds(self, refs: list[np.ndarray], cfg: bool,
+                     weights: Any = None) -> list[Any]:
         """:meth:`RestylePipeline.image_embeds` through the image encoder graph; the
         adapter scale goes to the UNet graph as an input."""
         import torch
 
         proj = self.onnx.originals["unet"].encoder_hid_proj.image_projection_layers[0]
         if refs and self.components.image_encoder is not None:
-            from PIL import Image
+            def encode(images: list[np.ndarray]) -> Any:
+                px = self.components.feature_extractor(images=pil_refs(images),
+                                                       return_tensors="pt").pixel_values
+                eng = self.onnx.engine
+                return torch.cat([eng.run_torch(IMAGE, {"pixel_values": px[i:i + 1]})[0]
+                                  for i in range(px.shape[0])])
 
-            pil = [Image.fromarray(np.ascontiguousarray(r[..., :3]).astype(np.uint8))
-                   for r in refs]
-            px = self.components.feature_extractor(images=pil, return_tensors="pt").pixel_values
-            eng = self.onnx.engine
-            emb = torch.cat([eng.run_torch(IMAGE, {"pixel_values": px[i:i + 1]})[0]
-                             for i in range(px.shape[0])])
-            pos = emb[None]
+            pos = weighted_ref_embedding(refs, weights, encode)
             self.onnx.ip_scale = self.ip_adapter_scale
         else:
             pos = torch.zeros(1, 1, proj.image_embeds.in_features)
