@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .addon.core.atomic import check_writable, write_json_atomic
 from .addon.core.paths import check_distinct, removed_if_left_empty
+from .wire.options import RefWeightsError, cli_ref_weights, merged_ref_weights
 
 EXIT_BAD_INPUT = 2
 
@@ -196,7 +197,8 @@ def _parse_passes(text: str) -> tuple[str, ...]:
 
 def cmd_passes(args: argparse.Namespace) -> int:
 
-    from .addon.blender.passes import PassOptions, make_passes
+    from .addon.blender.passes import PassOptions, make_passes, pass_file, split_passes_out
+    from .addon.core.frame_patterns import blend_relative
     from .addon.core.raster import tune_allocator
 
     tune_allocator()  # a render process of our own: keep freed memory (see raster.py)
@@ -204,21 +206,24 @@ def cmd_passes(args: argparse.Namespace) -> int:
     _check_shot(args)
     width, height = _parse_size(args.size)
     passes = _parse_passes(args.passes)
-    check_distinct({"--out": args.out}, {"shot": args.shot})
-    with removed_if_left_empty(args.out):  # a failed run leaves no empty folder behind
-        check_writable(args.out, "--out folder")
+    # A farm's output pattern (//render/passes/shot_####) or a folder; "//": the shot's.
+    folder, names = split_passes_out(blend_relative(args.out, args.shot))
+    check_distinct({"--out": folder}, {"shot": args.shot})
+    with removed_if_left_empty(folder):  # a failed run leaves no empty folder behind
+        check_writable(folder, "--out folder")
         scene, frames = _open_shot(args)
         opts = PassOptions(frames=frames, width=width, height=height, engine=args.engine,
                            passes=passes,
                            openpose_normalized=args.openpose_normalized)
         bar = _frame_bar(len(frames))
-        out = Path(args.out)
+        out = Path(folder)
         shown = next((sub for p, sub in (("normal", "normal_color"), ("depth", "depth16"),
                                          ("mask", "mask"), ("skeleton", "skeleton"),
                                          ("parts", "parts_color")) if p in passes), None)
 
-        progress = _saved_lines(bar, lambda f: out / shown / f"{f:04d}.png" if shown else None)
-        summary = make_passes(scene, opts, out, progress=progress)
+        progress = _saved_lines(bar, lambda f: pass_file(out, shown, "png", f, names)
+                                if shown else None)
+        summary = make_passes(scene, opts, out, progress=progress, names=names)
     for w in summary["warnings"]:
         print(f"warning: {w}", file=sys.stderr)
     print(f"passes: {summary['done']}/{summary['frames']} frames done ({summary['written']} "
@@ -297,6 +302,10 @@ def cmd_restyle(args: argparse.Namespace) -> int:
         except OSError as e:
             raise BadInput(f"--ref {ref!r}: {e}") from None
         refs.append(img[..., :3] if img.ndim == 3 else img[..., None].repeat(3, -1))
+    try:
+        ref_weights = cli_ref_weights(args.ref_weight, len(refs))
+    except RefWeightsError as e:
+        raise BadInput(str(e)) from None
     options_file = args.options and Path(args.options).suffix.lower() in (".json", ".toml")
     inputs = {"shot": args.shot, "--options": args.options if options_file else None,
               "--keys": args.keys,
@@ -305,7 +314,7 @@ def cmd_restyle(args: argparse.Namespace) -> int:
     with removed_if_left_empty(args.out):  # a failed start leaves no empty folder behind
         check_writable(args.out, "--out folder")
         scene, frames = _open_shot(args)
-    shot = _restyle_settings(args, scene, options, refs)
+    shot = _restyle_settings(args, scene, options, refs, ref_weights)
     stop = {"asked": False}
 
     def on_int(*_: object) -> None:  # Ctrl-C / a farm's stop: finish cleanly, keep frames
@@ -347,7 +356,8 @@ RESTYLE_DEFAULTS = {"pipeline": "sd15-controlnet", "prompt": "", "negative_promp
                     "seed": 0, "size": (512, 512)}
 
 
-def _restyle_settings(args: argparse.Namespace, scene, options: dict, refs: list) -> dict:
+def _restyle_settings(args: argparse.Namespace, scene, options: dict, refs: list,
+                      ref_weights: list[float] | None = None) -> dict:
     """The shot's settings: the command line's, over the Restyle panel's saved in the
     .blend with ``--from-scene`` (options merged key by key, references added), over
     :data:`RESTYLE_DEFAULTS`."""
@@ -363,7 +373,14 @@ def _restyle_settings(args: argparse.Namespace, scene, options: dict, refs: list
         except ValueError as e:  # no saved settings, a bad reference image...
             raise BadInput(str(e)) from None
     out = {k: v if v is not None else base[k] for k, v in given.items()}
-    return {**out, "options": {**base["options"], **options}, "refs": base["refs"] + refs}
+    opts = {**base["options"], **options}
+    # The saved references' weights, then the command line's (1.0 where a list has none).
+    w = merged_ref_weights(base["options"].get("ref_weights"), len(base["refs"]),
+                           ref_weights if ref_weights is not None else options.get("ref_weights"),
+                           len(refs))
+    if w is not None:
+        opts["ref_weights"] = w
+    return {**out, "options": opts, "refs": base["refs"] + refs}
 
 
 def _restyle_names(args: argparse.Namespace):

@@ -8,6 +8,7 @@ from pathlib import Path
 import bpy
 
 from ..core.atomic import UnwritableOutput, check_writable
+from ..core.frame_patterns import FramePattern
 
 # StringProperty options for an output folder: "//" paths are legal (no warning)
 PATH_OPTIONS = {"PATH_SUPPORTS_BLEND_RELATIVE"}
@@ -25,4 +26,15 @@ def output_folder(value: str, what: str) -> Path:
     return check_writable(bpy.path.abspath(value), f"{what} folder")
 
 
-__all__ = ["PATH_OPTIONS", "UnwritableOutput", "output_folder"]
+def passes_output(value: str) -> tuple[Path, FramePattern]:
+    """The passes output ``value`` names: a folder, or a farm's pattern such as
+    ``//render/passes/shot_####`` (see :func:`.passes_output.split_passes_out`), as the
+    absolute, writable folder and the names of each frame's files. A bad pattern is
+    refused before the folder is made."""
+    from .passes_output import split_passes_out
+
+    folder, names = split_passes_out(value)
+    return output_folder(folder, "passes"), names
+
+
+__all__ = ["PATH_OPTIONS", "UnwritableOutput", "output_folder", "passes_output"]

@@ -6,6 +6,7 @@ import bpy
 
 from .classes import SidebarPanel
 from .operators import running_job
+from .retarget_modal import CLASSES as RETARGET_BATCH_CLASSES
 
 
 class PS_UL_bone_map(bpy.types.UIList):
@@ -64,9 +65,12 @@ class PS_PT_retarget(SidebarPanel, bpy.types.Panel):
             row.label(text=f"Retargeting {job.progress_text}", icon="TIME")
             row.operator("painted_skin.cancel_retarget", icon="CANCEL")
         else:
-            col.operator("painted_skin.retarget", icon="ARMATURE_DATA")
+            row = col.row(align=True)
+            row.operator("painted_skin.retarget", icon="ARMATURE_DATA")
+            # several clip files, each its own Action (a multi-select file browser)
+            row.operator("painted_skin.retarget_batch", text="", icon="DOCUMENTS")
         if s.last_report:
             col.label(text=s.last_report, icon="INFO")
 
 
-CLASSES = (PS_UL_bone_map, PS_PT_retarget)
+CLASSES = (PS_UL_bone_map, PS_PT_retarget, *RETARGET_BATCH_CLASSES)

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..core import encodings
 from ..core.atomic import read_json, remove_stale_temps, write_json_atomic
+from ..core.frame_patterns import FramePattern
 from ..core.frame_ranges import describe
 from ..core.openpose_json import normalized_openpose
 from ..core.raster import inside_closed_mesh
@@ -35,6 +36,7 @@ from .passes_fast import (  # noqa: F401
 )
 from .passes_output import (  # noqa: F401
     CANONICAL_PASSES,
+    DEFAULT_NAMES,
     DEFAULT_PASSES,
     FILES,
     MANIFEST_VERSION,
@@ -50,10 +52,12 @@ from .passes_output import (  # noqa: F401
     check_manifest,
     frame_done,
     frame_paths,
+    pass_file,
     pass_files,
     rest_box,
     shot_depth_range,
     shot_identity,
+    split_passes_out,
 )
 from .shot_geometry import (
     MAX_LIGHTS,
@@ -109,32 +113,35 @@ def _cycles_canonical(scene: bpy.types.Scene, g: FrameGeometry, arrays: dict,
 
 def _write_frame(out: Path, f: int, arrays: dict, opts: PassOptions, near: float, far: float,
                  g: FrameGeometry, skeleton: tuple[np.ndarray, dict] | None,
-                 shot_box: tuple[list, list] | None = None) -> None:
+                 shot_box: tuple[list, list] | None = None,
+                 names: FramePattern = DEFAULT_NAMES) -> None:
     from .image_io import write_exr, write_png
 
-    name = f"{f:04d}"
+    def path(sub: str, ext: str) -> Path:
+        return pass_file(out, sub, ext, f, names)
+
     want = set(opts.passes)
     files = pass_files(opts.passes, opts.openpose_normalized)
     for sub in {sub for p in want for sub, _ in files[p]} | {"camera"}:
         (out / sub).mkdir(parents=True, exist_ok=True)
     if "depth" in want:
-        write_exr(out / "depth" / f"{name}.exr", arrays["depth"], ["Z"])
-        write_png(out / "depth16" / f"{name}.png",
+        write_exr(path("depth", "exr"), arrays["depth"], ["Z"])
+        write_png(path("depth16", "png"),
                   encodings.depth_to_u16(arrays["depth"], near, far))
-        write_png(out / "depth8" / f"{name}.png", encodings.depth_to_u8(arrays["depth"], near, far))
+        write_png(path("depth8", "png"), encodings.depth_to_u8(arrays["depth"], near, far))
     if "normal" in want:
-        write_exr(out / "normal" / f"{name}.exr", arrays["normal"], ["X", "Y", "Z"])
-        write_png(out / "normal_color" / f"{name}.png",
+        write_exr(path("normal", "exr"), arrays["normal"], ["X", "Y", "Z"])
+        write_png(path("normal_color", "png"),
                   encodings.normal_to_color(arrays["normal"], arrays["mask"]))
     if "mask" in want:
-        write_png(out / "mask" / f"{name}.png", (arrays["mask"] * 255).astype(np.uint8))
+        write_png(path("mask", "png"), (arrays["mask"] * 255).astype(np.uint8))
     if "parts" in want:
-        write_png(out / "parts" / f"{name}.png", arrays["parts"])
-        write_png(out / "parts_color" / f"{name}.png", encodings.parts_to_color(arrays["parts"]))
+        write_png(path("parts", "png"), arrays["parts"])
+        write_png(path("parts_color", "png"), encodings.parts_to_color(arrays["parts"]))
     if "motion" in want:
         # Nuke's names: EXR stores channels alphabetically, and "backward" (to the
         # previous frame) sorts before "forward", so positional readers keep the order.
-        write_exr(out / "motion" / f"{name}.exr", arrays["motion"], MOTION_CHANNELS)
+        write_exr(path("motion", "exr"), arrays["motion"], MOTION_CHANNELS)
     if "beauty" in want:
         # Cycles' Combined is linear and premultiplied; PNG wants straight alpha. The
         # colours get the plain sRGB curve (Blender's "Standard" view), not the
@@ -144,35 +151,35 @@ def _write_frame(out: Path, f: int, arrays: dict, opts: PassOptions, near: float
         lin = np.clip(np.where(alpha > 0, rgba[..., :3] / np.maximum(alpha, 1e-8), 0), 0, 1)
         srgb = np.where(lin <= 0.0031308, lin * 12.92, 1.055 * np.power(lin, 1 / 2.4) - 0.055)
         img = np.concatenate([srgb, alpha], axis=-1)
-        write_png(out / "beauty" / f"{name}.png", np.round(img * 255).astype(np.uint8))
+        write_png(path("beauty", "png"), np.round(img * 255).astype(np.uint8))
     if "rest_position" in want:
-        write_exr(out / "rest_position" / f"{name}.exr", arrays["rest_position"],
+        write_exr(path("rest_position", "exr"), arrays["rest_position"],
                   ["X", "Y", "Z"])
-        write_png(out / "rest_position16" / f"{name}.png",
+        write_png(path("rest_position16", "png"),
                   encodings.rest_to_u16(arrays["rest_position"], arrays["mask"],
                                         *(shot_box or box_of(arrays["rest_position"]))))
     if "uv" in want:
         # R, G, B = u, v, has_uv (readers sort X/Y/Z-like names: R, G, B keep the order)
-        write_exr(out / "uv" / f"{name}.exr", arrays["uv"], ["R", "G", "B"])
-        write_png(out / "uv16" / f"{name}.png", encodings.uv_to_u16(arrays["uv"]))
+        write_exr(path("uv", "exr"), arrays["uv"], ["R", "G", "B"])
+        write_png(path("uv16", "png"), encodings.uv_to_u16(arrays["uv"]))
     if "normal_world" in want:
-        write_exr(out / "normal_world" / f"{name}.exr", arrays["normal_world"], ["X", "Y", "Z"])
+        write_exr(path("normal_world", "exr"), arrays["normal_world"], ["X", "Y", "Z"])
     if "view_dir" in want:
-        write_exr(out / "view_dir" / f"{name}.exr", arrays["view_dir"], ["X", "Y", "Z"])
+        write_exr(path("view_dir", "exr"), arrays["view_dir"], ["X", "Y", "Z"])
     if "light_visibility" in want:
-        write_exr(out / "light_visibility" / f"{name}.exr", arrays["light_visibility"],
+        write_exr(path("light_visibility", "exr"), arrays["light_visibility"],
                   ["R", "G", "B", "A"])
     if "skeleton" in want:
         image, data, coco = skeleton if skeleton is not None else (
             np.zeros((opts.height, opts.width, 3), np.uint8), {"people": []}, {"people": []})
-        write_png(out / "skeleton" / f"{name}.png", image)
-        write_json_atomic(out / "skeleton" / f"{name}.json", data)
-        write_json_atomic(out / "skeleton_coco18" / f"{name}.json", coco)
+        write_png(path("skeleton", "png"), image)
+        write_json_atomic(path("skeleton", "json"), data)
+        write_json_atomic(path("skeleton_coco18", "json"), coco)
         if opts.openpose_normalized:
             sub, ext = SKELETON_NORMALIZED
-            write_json_atomic(out / sub / f"{name}.{ext}", normalized_openpose(coco))
+            write_json_atomic(path(sub, ext), normalized_openpose(coco))
     # The camera file goes last: it marks the frame complete (see frame_done).
-    write_json_atomic(out / "camera" / f"{name}.json",
+    write_json_atomic(path("camera", "json"),
                       {"frame": f, "camera": g.camera.to_dict(),
                        "lights": [li.to_dict() for li in g.lights]})
 
@@ -249,9 +256,12 @@ def _cycles_iter(scene: bpy.types.Scene, geo: ShotGeometry, opts: PassOptions,
 
 def make_passes(scene: bpy.types.Scene, opts: PassOptions, out: Path,
                 progress: Progress | None = None,
-                cancelled: Callable[[], bool] | None = None, clean_temps: bool = True) -> dict:
+                cancelled: Callable[[], bool] | None = None, clean_temps: bool = True,
+                names: FramePattern = DEFAULT_NAMES) -> dict:
     """Write the passes of ``opts.frames`` into ``out``; returns a summary.
 
+    ``names``: how each frame's files are named (a farm's pattern, see
+    :func:`split_passes_out`); a folder keeps the names of frames already there.
     Frames already complete are skipped. ``cancelled`` is polled between frames.
     ``clean_temps``: first delete the temp files killed runs left (once per run: a
     caller making one frame per call passes it on the first call only).
@@ -280,20 +290,21 @@ def make_passes(scene: bpy.types.Scene, opts: PassOptions, out: Path,
             else:
                 near, far = shot_depth_range(geo, range(scene.frame_start, scene.frame_end + 1))
         out.mkdir(parents=True, exist_ok=True)
-        manifest = build_manifest(opts, near, far, geo)
+        manifest = build_manifest(opts, near, far, geo, names)
         check_manifest(out, manifest)
         if clean_temps:  # what a killed run left half-written, in our own folders
             remove_stale_temps([out / sub for sub in {"camera"} | {
                 sub for files in pass_files(PASSES, True).values() for sub, _ in files}])
         todo = [f for f in opts.frames
-                if not frame_done(out, opts.passes, f, opts.openpose_normalized)]
+                if not frame_done(out, opts.passes, f, opts.openpose_normalized, names)]
         done = skipped = len(opts.frames) - len(todo)
         if progress:
             progress(done, len(opts.frames), opts.frames[0])
         for f, g, arrays, skel in iter_frames(scene, geo, opts, todo):
             if cancelled and cancelled():
                 break
-            _write_frame(out, f, arrays, opts, near, far, g, skel, manifest.get("rest_box"))
+            _write_frame(out, f, arrays, opts, near, far, g, skel, manifest.get("rest_box"),
+                         names)
             done += 1
             if progress:
                 progress(done, len(opts.frames), f)

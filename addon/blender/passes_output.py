@@ -12,6 +12,13 @@ import numpy as np
 
 from ..core import encodings
 from ..core.atomic import read_json, write_json_atomic
+from ..core.frame_patterns import (
+    IMAGE_EXTENSIONS,
+    FramePattern,
+    FramePatternError,
+    has_frame_run,
+    parse_frame_pattern,
+)
 from ..core.frame_ranges import describe
 from .shot_geometry import (
     ShotError,
@@ -54,6 +61,51 @@ MOTION_CHANNELS = ("backward.u", "backward.v", "forward.u", "forward.v")
 MOTION_CHANNELS_OLD = ("R", "G", "B", "A")
 
 Progress = Callable[[int, int, int], None]  # (done, total, frame)
+
+#: How a plain output folder names each frame's files: ``depth/0007.exr``.
+DEFAULT_NAMES = FramePattern("", "", 4, "")
+PATTERN_KEY = "frame_pattern"  # in the manifest, when not the default: one folder, one naming
+# A pass file's name may not end in these: each pass adds its own extension.
+_FILE_EXTENSIONS = (*IMAGE_EXTENSIONS, ".json", ".npy")
+
+
+def split_passes_out(path: str) -> tuple[str, FramePattern]:
+    """``--out`` of ``passes`` as (output folder, names of each frame's files).
+
+    A path with one ``#`` run is a farm's output pattern: its folder holds the passes
+    folders and the manifest, its file name names every pass file of a frame, the pass
+    file's extension appended (``render/passes/shot_####`` -> ``render/passes/depth/
+    shot_0007.exr``, ``.../normal_color/shot_0007.png``, ``.../camera/shot_0007.json``,
+    ``render/passes/manifest.json``), as compositors expect one folder per pass. A path
+    without ``#`` is a folder, laid out as before (``depth/0007.exr``). Raises
+    :class:`FramePatternError` for a pattern naming a file type (``shot_####.exr``: the
+    passes write several) or with two ``#`` runs, and for a plain path naming a file.
+    """
+    path = str(path)
+    if not has_frame_run(path):
+        name = path.replace("\\", "/").rstrip("/").rpartition("/")[2]
+        ext = Path(name).suffix.lower()
+        if ext in _FILE_EXTENSIONS:
+            raise FramePatternError(f"--out {path!r} names a {ext} file, but the passes "
+                                    "write a folder of several file types: give a folder, "
+                                    "or a pattern without extension such as shot_####")
+        return path, DEFAULT_NAMES
+    pattern = parse_frame_pattern(path, "", "--out")
+    ext = Path(f"x{pattern.suffix}").suffix.lower()
+    if ext in _FILE_EXTENSIONS:
+        raise FramePatternError(f"--out {path!r} ends in {ext}, but each pass writes its own "
+                                f"file type (.exr, .png, .json): drop the extension, e.g. "
+                                f"{pattern.prefix}{'#' * pattern.digits}")
+    folder = pattern.folder or "."
+    if folder == "/" and path.startswith("//"):  # Blender's "beside the .blend" itself
+        folder = "//"
+    return folder, FramePattern("", pattern.prefix, pattern.digits, pattern.suffix)
+
+
+def pass_file(out: Path, sub: str, ext: str, f: int, names: FramePattern = DEFAULT_NAMES
+              ) -> Path:
+    """The file of frame ``f`` in the pass folder ``sub`` (``depth/0007.exr``)."""
+    return Path(out) / sub / f"{names.name(f)}.{ext}"
 
 
 @dataclass
@@ -101,16 +153,17 @@ def pass_files(passes: tuple[str, ...], openpose_normalized: bool = False
 
 
 def frame_paths(out: Path, passes: tuple[str, ...], f: int,
-                openpose_normalized: bool = False) -> list[Path]:
-    paths = [out / "camera" / f"{f:04d}.json"]
+                openpose_normalized: bool = False, names: FramePattern = DEFAULT_NAMES
+                ) -> list[Path]:
+    paths = [pass_file(out, "camera", "json", f, names)]
     for files in pass_files(passes, openpose_normalized).values():
-        paths += [out / sub / f"{f:04d}.{ext}" for sub, ext in files]
+        paths += [pass_file(out, sub, ext, f, names) for sub, ext in files]
     return paths
 
 
 def frame_done(out: Path, passes: tuple[str, ...], f: int,
-               openpose_normalized: bool = False) -> bool:
-    return all(p.exists() for p in frame_paths(out, passes, f, openpose_normalized))
+               openpose_normalized: bool = False, names: FramePattern = DEFAULT_NAMES) -> bool:
+    return all(p.exists() for p in frame_paths(out, passes, f, openpose_normalized, names))
 
 
 def shot_depth_range(geo: ShotGeometry, frames: range) -> tuple[float, float]:
@@ -129,7 +182,9 @@ def shot_depth_range(geo: ShotGeometry, frames: range) -> tuple[float, float]:
     return max(lo - pad, 1e-4), hi + pad
 
 
-def build_manifest(opts: PassOptions, near: float, far: float, geo: ShotGeometry) -> dict:
+def build_manifest(opts: PassOptions, near: float, far: float, geo: ShotGeometry,
+                   names: FramePattern = DEFAULT_NAMES) -> dict:
+    files = f"{names.prefix}{'#' * names.digits}{names.suffix}"
     return {
         "version": MANIFEST_VERSION,
         "engine": opts.engine,
@@ -138,8 +193,9 @@ def build_manifest(opts: PassOptions, near: float, far: float, geo: ShotGeometry
         "passes": list(opts.passes),
         "near": near,
         "far": far,
-        "files": {p: [f"{sub}/####.{ext}" for sub, ext in files] for p, files in
+        "files": {p: [f"{sub}/{files}.{ext}" for sub, ext in subs] for p, subs in
                   pass_files(opts.passes, opts.openpose_normalized).items()},
+        **({PATTERN_KEY: files} if names != DEFAULT_NAMES else {}),
         "parts": list(encodings.PARTS),
         "conventions": encodings.CONVENTIONS,
         "armature": geo.armature.name if geo.armature else None,
@@ -206,6 +262,11 @@ def check_manifest(out: Path, manifest: dict) -> None:
         write_json_atomic(path, manifest)
         return
     old = read_json(path, "passes manifest")
+    default = DEFAULT_NAMES.text()
+    if old.get(PATTERN_KEY, default) != manifest.get(PATTERN_KEY, default):
+        raise ShotError(f"{out} holds passes named {old.get(PATTERN_KEY, default)} (this run: "
+                        f"{manifest.get(PATTERN_KEY, default)}): give --out as before, or "
+                        "use another output folder")
     shot, new_shot = old.get("shot"), manifest["shot"]
     if shot is not None and shot != new_shot:
         diff = [k for k in new_shot if shot.get(k) != new_shot[k]]

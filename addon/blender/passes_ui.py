@@ -12,8 +12,8 @@ import numpy as np
 from bpy.props import BoolProperty, EnumProperty, IntProperty, StringProperty
 
 from .classes import SidebarPanel, register_classes, unregister_classes
-from .out_paths import PATH_OPTIONS, UnwritableOutput, output_folder
-from .passes import PASSES, PassOptions, make_passes
+from .out_paths import PATH_OPTIONS, UnwritableOutput, passes_output
+from .passes import DEFAULT_NAMES, PASSES, PassOptions, make_passes
 from .shot_geometry import ShotError, ShotGeometry, render_meshes
 
 PREVIEW_IMAGE = "Painted Skin Preview"
@@ -115,9 +115,10 @@ class PassesRun:
     before the next starts, so a run stopped between steps leaves complete frames that
     the next run (or ``make_passes``) skips: stopping is resuming later."""
 
-    def __init__(self, scene: bpy.types.Scene, opts: PassOptions, out: Path) -> None:
+    def __init__(self, scene: bpy.types.Scene, opts: PassOptions, out: Path,
+                 names=DEFAULT_NAMES) -> None:
         opts.validate()
-        self.scene, self.opts, self.out = scene, opts, out
+        self.scene, self.opts, self.out, self.names = scene, opts, out, names
         self.frames = list(opts.frames)
         self.done = 0
 
@@ -136,7 +137,7 @@ class PassesRun:
         if not self.finished:
             f = self.frames[self.done]
             make_passes(self.scene, replace(self.opts, frames=range(f, f + 1)), self.out,
-                        clean_temps=self.done == 0)
+                        clean_temps=self.done == 0, names=self.names)
             self.done += 1
         return self.finished
 
@@ -157,8 +158,8 @@ class PS_OT_render_passes(bpy.types.Operator):
         s = _settings(context)
         if s.out_dir.startswith("//") and not bpy.data.filepath:
             try:  # refused without touching the disk: the unsaved-file message
-                output_folder(s.out_dir, "passes")
-            except UnwritableOutput as e:
+                passes_output(s.out_dir)
+            except (UnwritableOutput, ValueError) as e:
                 cls.poll_message_set(str(e))
                 return False
         if not _shot_poll(cls, context):
@@ -172,8 +173,8 @@ class PS_OT_render_passes(bpy.types.Operator):
         # Headless (blender -b, the bpy module): no event loop, run blocking.
         s = _settings(context)
         try:
-            summary = make_passes(context.scene, s.options(context.scene),
-                                  output_folder(s.out_dir, "passes"))
+            out, names = passes_output(s.out_dir)
+            summary = make_passes(context.scene, s.options(context.scene), out, names=names)
         except (ValueError, OSError) as e:  # ShotError, UnwritableOutput, a damaged manifest
             self.report({"ERROR"}, str(e))
             return {"CANCELLED"}
@@ -188,9 +189,9 @@ class PS_OT_render_passes(bpy.types.Operator):
             return self.execute(context)
         s = _settings(context)
         try:
-            self._run = PassesRun(context.scene, s.options(context.scene),
-                                  output_folder(s.out_dir, "passes"))
-        except (ShotError, UnwritableOutput) as e:
+            out, names = passes_output(s.out_dir)
+            self._run = PassesRun(context.scene, s.options(context.scene), out, names)
+        except (ShotError, UnwritableOutput, ValueError) as e:  # a bad pattern too
             self.report({"ERROR"}, str(e))
             return {"CANCELLED"}
         # One frame per timer tick keeps the UI alive; Esc or Cancel stops between frames.

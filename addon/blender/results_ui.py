@@ -163,7 +163,13 @@ def beauty_tile(context, f: int) -> np.ndarray | None:
     value = passes.out_dir if passes is not None else ""
     if not value.strip() or (value.startswith("//") and not bpy.data.filepath):
         return None
-    path = Path(bpy.path.abspath(value)) / "beauty" / f"{f:04d}.png"
+    from .passes_output import pass_file, split_passes_out
+
+    try:  # a folder or a farm's pattern (shot_####: beauty/shot_0007.png)
+        folder, names = split_passes_out(value)
+    except ValueError:
+        return None
+    path = pass_file(Path(bpy.path.abspath(folder)), "beauty", "png", f, names)
     if not path.is_file():
         return None
     img = read_image(path)

@@ -72,7 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("shot", help="the .blend on the shared storage")
     p.add_argument("--frames", required=True, help="FIRST-LAST, e.g. 1-48")
     p.add_argument("--chunk", type=int, default=12, help="frames per task")
-    p.add_argument("--out", required=True, help="output folder on the shared storage")
+    p.add_argument("--out", required=True,
+                   help="output folder on the shared storage (passes: or a pattern such "
+                        "as /farm/sh010/passes/shot_####)")
     p.add_argument("--entry", required=True, help="farm_entry.py of the installed extension")
     p.add_argument("--blender", default="blender", help="the hosts' Blender")
     p.add_argument("--name", help="job name (default: the shot and command)")

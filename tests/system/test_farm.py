@@ -373,6 +373,17 @@ def test_flamenco_restyle_hands_its_frame_pattern_to_every_chunk(tmp_path):
     assert "--frame-pattern" not in plain[0]["commands"][0]["parameters"]["args"]
 
 
+def test_flamenco_passes_hand_their_output_pattern_to_every_chunk(tmp_path):
+    """A farm's output pattern reaches each passes chunk as its --out, unchanged."""
+    out = f"{tmp_path}/render/passes/sh010_####"
+    tasks = flamenco_tasks({"command": "passes", "frames": "1-4", "chunk_size": 2,
+                            "out": out, "blendfile": "/s.blend"})
+    assert len(tasks) == 2
+    for task in tasks:
+        args = task["commands"][0]["parameters"]["args"]
+        assert args[args.index("--out") + 1] == out and "--frame-pattern" not in args
+
+
 
 def test_flamenco_from_scene_renders_the_saved_settings_in_order(tmp_path):
     """``from_scene``: the job sends the shot's own Restyle settings (--from-scene), not

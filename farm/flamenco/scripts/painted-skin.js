@@ -32,7 +32,9 @@ const JOB_TYPE = {
         { key: "chunk_size", type: "int32", default: 12, required: true,
           description: "Frames per task", visible: "submission" },
         { key: "out", type: "string", subtype: "dir_path", required: true,
-          description: "Output folder on the shared storage (re-running resumes)" },
+          description: "Output folder on the shared storage (re-running resumes); passes " +
+                       "also take an output pattern, e.g. '//render/passes/shot_####' " +
+                       "(-> depth/shot_0007.exr ...)" },
         { key: "size", type: "string", default: "512x512", description: "WIDTHxHEIGHT" },
         { key: "camera", type: "string", default: "",
           description: "Camera object, or 'auto' (default: the scene's)" },
