@@ -294,7 +294,8 @@ def make_passes(scene: bpy.types.Scene, opts: PassOptions, out: Path,
         check_manifest(out, manifest)
         if clean_temps:  # what a killed run left half-written, in our own folders
             remove_stale_temps([out / sub for sub in {"camera"} | {
-                sub for files in pass_files(PASSES, True).values() for sub, _ in files}])
+                sub for files in pass_files(PASSES, True).values() for sub, _ in files}],
+                prefix=names.prefix)
         todo = [f for f in opts.frames
                 if not frame_done(out, opts.passes, f, opts.openpose_normalized, names)]
         done = skipped = len(opts.frames) - len(todo)

@@ -10,6 +10,7 @@ root would destroy the device), and a symlink is written *through* to its target
 from __future__ import annotations
 
 import functools
+import glob
 import json
 import os
 import stat
@@ -53,9 +54,11 @@ def temp_file_for(path: Path, suffix: str = "") -> str:
     return tmp
 
 
-def remove_stale_temps(folders: list[Path], older_than_s: float = 900.0) -> int:
+def remove_stale_temps(folders: list[Path], older_than_s: float = 900.0,
+                       prefix: str = "") -> int:
     """Delete the temp files killed runs left in ``folders`` (not their sub-folders):
-    only names this module makes for frame files (``.####.<ext>.<random>.tmp...``),
+    only names this module makes for frame files (``.<prefix>####.<ext>.<random>.tmp...``,
+    ``prefix`` the frame pattern's, e.g. ``shot_``),
     not touched for ``older_than_s``, measured against a probe file's time (the file
     server's clock, not this machine's: a farm's clocks may differ). The age test
     spares files other processes (farm chunks) are writing now. Returns how many."""
@@ -68,7 +71,7 @@ def remove_stale_temps(folders: list[Path], older_than_s: float = 900.0) -> int:
             now = probe.stat().st_mtime
         finally:
             probe.unlink(missing_ok=True)
-        for f in folder.glob(f".[0-9][0-9][0-9][0-9]*{TMP_MARK}*"):
+        for f in folder.glob(f".{glob.escape(prefix)}[0-9]*{TMP_MARK}*"):
             try:
                 if f.is_file() and f.stat().st_mtime < now - older_than_s:
                     f.unlink()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,12 +69,31 @@ class Sources:
     folders: dict[str, Path] = field(default_factory=dict)
 
 
+_DIGITS = re.compile(r"(\d+)")
+
+
 def numbered(folder: Path, ext: str) -> dict[int, Path]:
-    """``{frame: path}`` of the files named ``<digits>.<ext>`` in ``folder``."""
+    """``{frame: path}`` of the frame files ``<digits>.<ext>`` in ``folder``, or, as a
+    farm's pattern names them, ``<prefix><digits><suffix>.<ext>`` (``sh010_0007_v2.png``).
+    The frame is the run of digits that names the most files when the rest of the name
+    is kept (plain digits first, then the longer run, on a tie), so a stray
+    ``notes_1.png`` beside ``shot_####`` frames is not a frame."""
     if not folder.is_dir():
         return {}
-    return {int(p.stem): p for p in folder.iterdir()
-            if p.suffix.lower() == f".{ext}" and p.stem.isdigit() and p.is_file()}
+    groups: dict[str, dict[int, Path]] = {}
+    widest: dict[str, int] = {}
+    for p in folder.iterdir():
+        if p.suffix.lower() != f".{ext}" or p.name.startswith(".") or not p.is_file():
+            continue
+        parts = _DIGITS.split(p.stem)  # odd indices: the runs of digits
+        for k in range(1, len(parts), 2):
+            key = "".join(parts[:k]) + "#" + "".join(parts[k + 1:])
+            groups.setdefault(key, {})[int(parts[k])] = p
+            widest[key] = max(widest.get(key, 0), len(parts[k]))
+    if not groups:
+        return {}
+    best = max(groups, key=lambda k: (len(groups[k]), k == "#", widest[k]))
+    return groups[best]
 
 
 def _image_folder(root: Path, subs: tuple[str, ...], what: str, flag: str) -> Path:

@@ -564,3 +564,21 @@ def test_score_of_the_passes_against_themselves(real_passes: Path, tmp_path: Pat
     assert [r["frame"] for r in doc["frames"]] == list(REAL_FRAMES)
     assert doc["summary"]["pairs"] == len(REAL_FRAMES) - 1
     assert doc["summary"]["warp_reference"] > 0  # part boundaries resample: the floor
+
+
+def test_frames_named_by_a_farm_pattern_are_numbered(tmp_path: Path) -> None:
+    """Folders written with ``shot_####`` patterns pair by frame like ``####`` ones; a
+    stray numbered file of another naming is not taken for a frame."""
+    from painted_skin.backend.evaluate.score import numbered
+
+    for f in (3, 4, 10):
+        (tmp_path / f"sh010_{f:04d}_v2.png").write_bytes(b"x")
+    (tmp_path / "notes_1.png").write_bytes(b"x")
+    (tmp_path / ".sh010_0005_v2.png.k1.tmp.png").write_bytes(b"x")
+    assert {f: p.name for f, p in numbered(tmp_path, "png").items()} == {
+        3: "sh010_0003_v2.png", 4: "sh010_0004_v2.png", 10: "sh010_0010_v2.png"}
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "0007.png").write_bytes(b"x")
+    (plain / "shot_0008.png").write_bytes(b"x")  # a tie: the plain naming wins
+    assert list(numbered(plain, "png")) == [7]

@@ -107,20 +107,24 @@ def test_frames_outside_the_scene_are_refused(bpy_clean, shot_blend, tmp_path) -
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("pattern", ["", "sh010_####"])
 def test_a_killed_runs_temp_files_are_cleaned_but_not_a_live_writers(
-        bpy_clean, shot_blend, tmp_path) -> None:
-    from painted_skin.addon.blender.passes import PassOptions, make_passes
+        bpy_clean, shot_blend, tmp_path, pattern) -> None:
+    from painted_skin.addon.blender.passes import PassOptions, make_passes, split_passes_out
 
     bpy_clean.ops.wm.open_mainfile(filepath=str(shot_blend))
     (tmp_path / "mask").mkdir()
-    stale = tmp_path / "mask" / ".0005.png.k1ll3d.tmp.png"
-    live = tmp_path / "mask" / ".0006.png.wr1t1n.tmp.png"
+    prefix = pattern.rstrip("#")
+    stale = tmp_path / "mask" / f".{prefix}0005.png.k1ll3d.tmp.png"
+    live = tmp_path / "mask" / f".{prefix}0006.png.wr1t1n.tmp.png"
     for p in (stale, live):
         p.write_bytes(b"half")
     hour_ago = time.time() - 3600
     os.utime(stale, (hour_ago, hour_ago))
+    folder, names = split_passes_out(str(tmp_path / pattern) if pattern else str(tmp_path))
     make_passes(bpy_clean.context.scene, PassOptions(frames=range(1, 2), width=32, height=32,
-                                                     passes=("mask",)), tmp_path)
+                                                     passes=("mask",)), Path(folder),
+                names=names)
     assert not stale.exists() and live.exists()
 
 
