@@ -354,8 +354,10 @@ class Broker:
         """The new worker opened a moved session: tell the client (with that worker's
         credits and shared-memory grant) and hand its frames back to be sent again."""
         frames, s.moving = s.moving or [], None
+        mid = opened.get("model_id")  # the client refuses a move to another model version
         self._to_client(s.route, reply(wire.OPENED, session=s.key[1], moved=True,
-                                       credits=s.credits, shm=opened.get("shm") is True))
+                                       credits=s.credits, shm=opened.get("shm") is True,
+                                       **({"model_id": mid} if isinstance(mid, str) else {})))
         for f in frames:
             self._to_client(s.route, error(E_CANCELLED, f"frame {f}: the session moved to "
                                            "another worker; send it again", None, s.key[1], f))

@@ -25,6 +25,7 @@ from .. import wire
 from ..wire import E_CANCELLED
 from . import pipelines
 from .jobs import Job, JobQueue, Session
+from .pipelines.base import model_id as pipeline_model_id
 
 log = logging.getLogger("painted_skin.backend")
 
@@ -124,6 +125,12 @@ class PipelinePool:
         prepared = getattr(pipe, "prepared", None)
         return prepared is None or bool(prepared(width=s.request.width, height=s.request.height,
                                                  options=s.request.options, refs=s.request.refs))
+
+    def model_id_for(self, s: Session) -> str | None:
+        """The loaded pipeline's ``model_id`` for the session's OPENED (None: not
+        loaded, or it has none). A single lookup, like :meth:`ready_for`."""
+        key = self.key(s.request.pipeline, s.request.options)
+        return pipeline_model_id(self._pipes.get(key))
 
     def _evict(self, keep: tuple[str, str, str]) -> None:
         if len(self._pipes) <= MAX_PIPELINES:
@@ -242,7 +249,8 @@ class ComputeThread:
                         f"{type(e).__name__}: {e}")
             self.events.post(wake, "open_failed", job, code, s.failed)
             return
-        self.events.post(wake, "opened", job, round((time.monotonic() - t0) * 1000.0, 3))
+        self.events.post(wake, "opened", job, round((time.monotonic() - t0) * 1000.0, 3),
+                         pipeline_model_id(pipe))
 
     def _run_job(self, job: Job, wake: zmq.Socket) -> None:
         s = job.session

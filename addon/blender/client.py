@@ -120,6 +120,9 @@ class BackendClient(Connection):
         self.bytes_shm = 0  # array bytes passed through shared memory instead
         self.shm_requested = shm and P.shm_supported() and P.is_local_endpoint(url)
         self.shm_active = False  # granted by the last OPENED
+        # What the session's model is (OPENED's ``model_id``): a shot refuses to go on
+        # with another version (a backend restarted or moved onto retrained weights).
+        self.model_id: str | None = None
         self._ring: ShmRing | None = None
         self._connect()
 
@@ -194,6 +197,7 @@ class BackendClient(Connection):
             self._ensure_ring(SHM_MIN_SLOTS, width * height)
         self._opened = False
         self._open_error = None
+        self.model_id = None
         self._silent_since = self._last_ping = time.monotonic()
         self._send_open()
         if not wait:
@@ -386,7 +390,27 @@ class BackendClient(Connection):
         elif msg.type == P.ERROR:
             self._on_error(msg)
 
+    def _same_model(self, h: dict) -> bool:
+        """Note OPENED's ``model_id``; False (the shot fails) when a re-open (reconnect,
+        restart, move) reports another one than the session first had."""
+        mid = h.get("model_id")
+        if not isinstance(mid, str):
+            return True
+        if self.model_id is None:
+            self.model_id = mid
+            return True
+        if mid == self.model_id or self.shot is None or self.shot.done:
+            return True
+        model = (self._session or {}).get("options", {}).get("model") or \
+            (self._session or {}).get("pipeline")
+        self.shot.fail(BackendError(P.E_BAD_MESSAGE, f"the backend now paints with another "
+                                    f"version of model {model!r} than this shot's frames: "
+                                    "restyle the shot again into a new folder"))
+        return False
+
     def _on_opened(self, h: dict) -> None:
+        if not self._same_model(h):
+            return
         if not self._opened and self._session is not None:
             self._opened = True
             self._frames_sent_in_session = 0  # a new backend session: empty state

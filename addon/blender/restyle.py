@@ -37,13 +37,16 @@ from .passes import DEFAULT_PASSES, PassOptions, iter_frames, shot_depth_range
 from .preferences import PS_AddonPreferences, addon_package, preferences  # noqa: F401 (API)
 from .restyle_output import (  # noqa: F401 (re-exported: the CLI, farm recipes, tests)
     CARRY,
+    MODEL_KEY,
     RESTYLED,
     SETTINGS_FILE,
     SHOT_KEYS,
     STATELESS_PIPELINES,
     ChainBroken,
+    ModelChanged,
     carry_path,
     check_chain,
+    check_model,
     check_settings,
     cross_frame_mode,
     frame_done,
@@ -273,6 +276,7 @@ def restyle_shot(scene: bpy.types.Scene, out_dir: str | Path, url: str = DEFAULT
         try:
             client.open(pipeline, width, height, prompt=prompt,
                         negative_prompt=negative_prompt, seed=seed, options=options, refs=refs)
+            check_model(out, client.model_id, str(options.get("model") or pipeline))
             passes = shot_frames(scene, todo, width, height, engine, wire_passes(pipeline))
             run = client.run_shot(carry.remembering(passes), on_result, cancelled=cancelled,
                                   carry_for=carry, primers_for=carry.primers)

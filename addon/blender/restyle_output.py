@@ -33,6 +33,8 @@ STATELESS_PIPELINES = frozenset({"echo"})
 #: unless the run was given a farm's pattern (see :func:`frame_names`).
 DEFAULT_FRAMES = FramePattern(RESTYLED, "", 4, ".png")
 PATTERN_KEY = "frame_pattern"  # in the settings file: one folder, one naming
+MODEL_KEY = "model_id"  # in the settings file: the backend's identity of the model that
+# painted the frames (OPENED's ``model_id``), kept across runs that share the settings
 _FRAMES: ContextVar[FramePattern] = ContextVar("restyle_frames", default=DEFAULT_FRAMES)
 
 
@@ -163,7 +165,8 @@ def check_settings(out: Path, settings: dict) -> FolderRun:
         if diff and any((out / names.folder).glob(names.glob())):
             raise ShotError(f"{out} holds frames restyled with other settings "
                             f"({', '.join(diff)}): use another output folder or delete it")
-        write_json_atomic(out / SETTINGS_FILE, settings, indent=1)
+        kept = {} if diff else {k: v for k, v in _stamp(out).items() if k == MODEL_KEY}
+        write_json_atomic(out / SETTINGS_FILE, {**settings, **kept}, indent=1)
 
     def busy() -> ShotError:
         return ShotError(f"another restyle with other settings "
@@ -172,3 +175,38 @@ def check_settings(out: Path, settings: dict) -> FolderRun:
 
     return join_run(out, lambda: not _settings_diff(out, settings), write, busy)
 
+
+def _stamp(out: Path) -> dict:
+    """The folder's settings file ({}: none)."""
+    path = out / SETTINGS_FILE
+    if not path.exists():
+        return {}
+    try:
+        return read_json(path, "restyle settings")
+    except ValueError as e:
+        raise ShotError(str(e)) from None
+
+
+class ModelChanged(ShotError):
+    """The frames on disk were painted by another version of the model."""
+
+
+def check_model(out: Path, model_id: str | None, model: str) -> None:
+    """Refuse to add frames painted by another version of the model to those in ``out``:
+    the backend's ``model_id`` (OPENED) against the one the settings file recorded (a
+    skin model retrained into the same folder, weights swapped behind a registry name
+    keep every setting, not the picture). Records it when the folder has none yet;
+    a backend that tells none (an older one) is not checked. Call it while holding the
+    folder (:func:`check_settings`), after OPEN and before any frame is written."""
+    if not model_id:
+        return
+    stamp = _stamp(out)
+    old = stamp.get(MODEL_KEY)
+    if old == model_id:
+        return
+    names = _FRAMES.get()
+    if old and any((out / names.folder).glob(names.glob())):
+        raise ModelChanged(f"the frames in {out} were painted by another version of model "
+                           f"{model!r} (then {old}, now {model_id}): use another output "
+                           "folder or delete it")
+    write_json_atomic(out / SETTINGS_FILE, {**stamp, MODEL_KEY: model_id}, indent=1)

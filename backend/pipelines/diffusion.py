@@ -16,10 +16,18 @@ Torch is imported only when a pipeline is created, so registering costs nothing.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import importlib.util
+import os
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from ..diffusion.options import LOAD_KEYS, XL_LOAD_KEYS, option_problems
+
+# A local model folder with more files than this is identified by its first ones only.
+MAX_FILES = 10_000
 
 
 def available() -> bool:
@@ -62,6 +70,63 @@ def _refuse_unusable_device(options: dict[str, Any], device: str) -> None:
         raise ValueError(problem)
 
 
+def _sources(value: Any) -> Iterator[Any]:
+    """Every component :class:`~..diffusion.components.Source` inside a registry entry."""
+    from ..diffusion.components import Source
+
+    if isinstance(value, Source):
+        yield value
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            yield from _sources(getattr(value, f.name))
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _sources(v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from _sources(v)
+
+
+def _hub_revision(ref: str) -> str:
+    """The cached snapshot a hub id resolves to offline (its ``refs/main``), or ""."""
+    try:
+        from huggingface_hub.constants import HF_HUB_CACHE
+    except ImportError:
+        return ""
+    main = Path(HF_HUB_CACHE) / f"models--{ref.replace('/', '--')}" / "refs" / "main"
+    try:
+        return main.read_text().strip()
+    except OSError:
+        return ""
+
+
+def registry_identity(entry: Any) -> str:
+    """``model_id`` of a registry model: the entry as resolved (every source, scale,
+    option) plus, for local sources, each file's size and mtime_ns, for hub ids the
+    cached revision — cheap (stat only) and changed when weights change."""
+    h = hashlib.blake2b(repr(entry).encode(), digest_size=16)
+    for src in _sources(entry):
+        if not src.is_local:
+            h.update(f"\0hub {src.ref} {_hub_revision(src.ref)}".encode())
+            continue
+        root = Path(os.path.expanduser(src.ref))
+        files = [root] if root.is_file() else sorted(
+            p for p in root.rglob("*") if p.is_file())[:MAX_FILES] if root.is_dir() else []
+        for p in files:
+            st = p.stat()
+            h.update(f"\0{p} {st.st_size} {st.st_mtime_ns}".encode())
+        if not files:
+            h.update(f"\0missing {root}".encode())
+    return "stat:" + h.hexdigest()
+
+
+def _tiny_identity(options: dict[str, Any], kind: str) -> str:
+    """Random tiny components are fixed by their seed and counts: a constant of those."""
+    return (f"tiny-{kind}:seed={int(options.get('tiny_seed', 0))},"
+            f"controlnets={int(options.get('tiny_controlnets', 3))},"
+            f"union={bool(options.get('union'))},dtype={options.get('dtype') or 'float32'}")
+
+
 def sd15_controlnet(options: dict[str, Any], device: str) -> Any:
     """Factory of ``sd15-controlnet`` (raises MissingWeights naming every
     missing component before anything loads)."""
@@ -77,18 +142,23 @@ def sd15_controlnet(options: dict[str, Any], device: str) -> Any:
     if options.get("tiny"):
         comps = tiny_components(int(options.get("tiny_seed", 0)),
                                 int(options.get("tiny_controlnets", 3)))
+        model_id = _tiny_identity(options, "sd15")
     else:
         registry = load_registry(None)
         name = str(options.get("model", "sd15"))
         if name not in registry:
             raise KeyError(f"model {name!r} is not in the registry "
                            f"(it has: {', '.join(sorted(registry))})")
+        model_id = registry_identity(registry[name])  # before the load: see skin's
         comps = load_components(registry[name], tdtype)
     if options.get("engine", "torch") == "onnx":
         from ..diffusion.onnx.pipeline import OnnxRestylePipeline
 
-        return OnnxRestylePipeline(comps, device, tdtype)
-    return RestylePipeline(comps, device, tdtype)
+        pipe = OnnxRestylePipeline(comps, device, tdtype)
+    else:
+        pipe = RestylePipeline(comps, device, tdtype)
+    pipe.model_id = model_id
+    return pipe
 
 
 def model_names() -> list[str]:
@@ -134,14 +204,22 @@ def sdxl_controlnet(options: dict[str, Any], device: str) -> Any:
     if options.get("tiny"):
         comps = tiny_xl_components(int(options.get("tiny_seed", 0)), bool(union),
                                    int(options.get("tiny_controlnets", 3)))
+        model_id = _tiny_identity(options, "sdxl")
     else:
-        comps = load_xl_components(str(options.get("model", "sdxl")), tdtype,
-                                   None if union is None else bool(union))
+        from ..diffusion.components import load_registry
+
+        name = str(options.get("model", "sdxl"))
+        entry = load_registry(None).get(name)
+        model_id = registry_identity(entry) if entry is not None else f"sdxl:{name}"
+        comps = load_xl_components(name, tdtype, None if union is None else bool(union))
     if options.get("engine", "torch") == "onnx":
         from ..diffusion.onnx.xl import OnnxRestyleXLPipeline
 
-        return OnnxRestyleXLPipeline(comps, device, tdtype)
-    return RestyleXLPipeline(comps, device, tdtype)
+        pipe = OnnxRestyleXLPipeline(comps, device, tdtype)
+    else:
+        pipe = RestyleXLPipeline(comps, device, tdtype)
+    pipe.model_id = model_id
+    return pipe
 
 
 def _check_xl(options: dict[str, Any]) -> list[str]:

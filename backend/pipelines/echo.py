@@ -61,6 +61,7 @@ class EchoPipeline:
     """``__call__`` as in :mod:`painted_skin.backend.pipelines`."""
 
     name = "echo"
+    model_id = "echo"  # no weights: every backend paints the same
 
     def __init__(self, device: str = "cpu") -> None:
         self.device = device
