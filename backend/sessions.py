@@ -21,6 +21,7 @@ import numpy as np
 from .. import wire
 from ..wire import E_CANCELLED, MAX_NAME, WIRE_PASSES, Message, ProtocolError, error, is_int, reply
 from ..wire import clean as _clean
+from ..wire.options import ref_weights_problem
 from . import pipelines, quotas
 from .compute import Events, PipelinePool, settings_hash
 from .diffusion.seeds import frame_seed
@@ -81,6 +82,9 @@ def parse_open(msg: Message, default_pipeline: str) -> OpenRequest:
             raise bad(f"array {aname!r}: identity images are uint8 (H, W, 3), got "
                       f"{a.dtype}{list(a.shape)}", wire.E_BAD_ARRAY)
         refs.append(a)
+    problem = ref_weights_problem(options, len(refs))
+    if problem:
+        raise bad(problem)
     return OpenRequest(name, pipeline, prompt, negative, seed, width, height, options, refs)
 
 
@@ -173,7 +177,7 @@ class Sessions:
         if msg.header.get("shm") is True:
             self.shm.grant(s, msg.header.get("shm_probe"), local)
         if self.pool.ready_for(s):
-            self.send_opened(s, _clean(ref))
+            self.send_opened(s, _clean(ref), model_id=self.pool.model_id_for(s))
             return
         # Load (download, export...) on the compute thread and answer OPEN only then:
         # a model that cannot load fails the OPEN, before the shot, never a frame of
@@ -183,11 +187,15 @@ class Sessions:
         s.loading = job
         self.queue.put(job, first=True)
 
-    def send_opened(self, s: Session, ref: str | None, **extra: Any) -> None:
+    def send_opened(self, s: Session, ref: str | None, model_id: str | None = None,
+                    **extra: Any) -> None:
+        """OPENED, with the loaded model's identity (``model_id``) when it has one: a
+        client resuming a shot refuses to mix frames another version painted."""
         req = s.request
         self._send(s.route, reply(wire.OPENED, session=req.name, credits=self.cfg.credits,
                                   pipeline=req.pipeline, width=req.width, height=req.height,
-                                  ref=ref, **({"shm": True} if s.shm else {}), **extra))
+                                  ref=ref, **({"shm": True} if s.shm else {}),
+                                  **({"model_id": model_id} if model_id else {}), **extra))
 
     def on_frame(self, route: list[bytes], msg: Message) -> None:
         s = self.lookup(route, msg)
@@ -326,7 +334,8 @@ class Sessions:
         s.loading = None
         if kind == "opened":
             self.last_seen[s.key[0]] = time.monotonic()  # silence counts from OPENED
-            self.send_opened(s, job.ref, load_ms=rest[0])
+            self.send_opened(s, job.ref, model_id=rest[1] if len(rest) > 1 else None,
+                             load_ms=rest[0])
             return
         code, text = rest
         frames = sorted(s.outstanding.values(), key=lambda j: j.frame)
