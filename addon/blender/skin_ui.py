@@ -2,19 +2,22 @@
 and restyle the shot with it.
 
 Training renders hundreds of frames and trains for minutes, so it runs as a child
-process (``painted-skin train-skin`` in this Blender, or in the bpy module's Python); the
-panel shows its last progress line, Esc or *Cancel* sends it Ctrl-C (it saves a checkpoint:
-*Resume* continues). Headless (``blender -b``), the operator waits for the child instead.
+process (``painted-skin train-skin`` in this Blender, or in the bpy module's Python),
+followed by a :class:`TrainingRun`: the panel shows a bar over the trainer's steps and its
+last line, Esc or *Cancel* sends it Ctrl-C (it saves a checkpoint: *Resume* continues).
+Headless (``blender -b``), the operator waits for the child instead.
 """
 
 from __future__ import annotations
 
 import collections
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import bpy
@@ -25,7 +28,8 @@ from .out_paths import PATH_OPTIONS
 from .preferences import preferences
 from .shot_geometry import render_meshes
 
-_RUN: dict = {"proc": None, "lines": collections.deque(maxlen=50), "status": ""}
+# The panel's one training: the running (or last) :class:`TrainingRun`.
+_RUN: dict = {"job": None}
 
 
 class PS_SkinSettings(bpy.types.PropertyGroup):
@@ -85,20 +89,109 @@ def train_command(blend: str, out: str, minutes: float, size: int, device: str, 
             "--python-expr", expr, "--", *args]
 
 
-def _reader(proc: subprocess.Popen) -> None:
-    """Keep the child's last lines (tqdm redraws with \\r: each redraw is a line)."""
-    buf = b""
-    while True:
-        chunk = proc.stdout.read1(4096) if proc.stdout else b""
-        if not chunk:
-            break
-        buf += chunk
-        *lines, buf = buf.replace(b"\r", b"\n").split(b"\n")
-        for ln in lines:
-            text = ln.decode(errors="replace").strip()
-            if text and not text.startswith(("Fra:", "Saved: '", "Time:")) \
-                    and "render  " not in text:
-                _RUN["lines"].append(text)
+# A tqdm bar's "done/total [" (the trainer's "skin:" bar over its steps).
+_BAR = re.compile(r"(\d+)/(\d+) \[")
+# Lines of a Blender render child that say nothing about the training.
+_NOISE = ("Fra:", "Saved: '", "Time:")
+
+
+class TrainingRun:
+    """The trainer child process the panel steps on each timer tick: its output is read
+    on a thread (tqdm redraws with \\r: each redraw is a line), :meth:`step` turns the
+    lines into what the panel shows (``progress`` 0..1, ``status``), :meth:`cancel`
+    sends Ctrl-C (the trainer finishes its step and saves a checkpoint; Resume
+    continues). Kept apart from the operator so that it runs without a window."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str] | None = None) -> None:
+        self.lines: collections.deque[str] = collections.deque(maxlen=50)
+        self._new: collections.deque[str] = collections.deque()
+        self.progress = 0.0
+        self.status = "training: starting…"
+        self.code: int | None = None
+        self.stopping = False  # Cancel asked: the status says so until the child ends
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, env=env)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        buf = b""
+        while True:
+            chunk = self.proc.stdout.read1(4096) if self.proc.stdout else b""
+            if not chunk:
+                break
+            buf += chunk
+            *lines, buf = buf.replace(b"\r", b"\n").split(b"\n")
+            for ln in lines:
+                text = ln.decode(errors="replace").strip()
+                if text and not text.startswith(_NOISE) and "render  " not in text:
+                    self._new.append(text)
+        if buf.strip():
+            self._new.append(buf.decode(errors="replace").strip())
+
+    @property
+    def running(self) -> bool:
+        return self.code is None
+
+    @property
+    def last_line(self) -> str:
+        return self.lines[-1] if self.lines else ""
+
+    def _take(self, text: str) -> None:
+        self.lines.append(text)
+        m = _BAR.search(text)
+        if text.startswith("skin:") and m and int(m[2]) > 0:
+            self.progress = min(1.0, int(m[1]) / int(m[2]))
+            text = f"step {m[1]}/{m[2]}"
+        elif text.startswith("model folder written:"):
+            self.progress = 1.0
+        if not self.stopping:
+            self.status = "training: " + text[:100]
+
+    def step(self) -> bool:
+        """Take the lines read since the last tick; True once the child has ended
+        (``code`` its exit status: 0 trained, 130 stopped with a checkpoint)."""
+        if self.code is not None:
+            return True
+        code = self.proc.poll()
+        if code is not None:
+            self._reader.join(5)  # the last lines (the model folder's) come before the end
+        while self._new:
+            self._take(self._new.popleft())
+        if code is None:
+            return False
+        self.code = code
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        last = self.last_line
+        if code == 0:
+            self.progress, self.status = 1.0, "trained: " + last
+        elif code == 130:
+            self.status = "stopped (checkpoint saved: tick Resume and Train again)"
+        else:
+            self.status = f"training failed (exit {code}): {last}"
+        return True
+
+    def cancel(self) -> None:
+        """Ctrl-C: the trainer stops after its current step with a checkpoint."""
+        if self.code is None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            self.stopping, self.status = True, "stopping: saving a checkpoint…"
+
+    def wait(self, timeout_s: float | None = None, tick_s: float = 0.1) -> int:
+        """Step until the child ends (headless: no timer); its exit code."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while not self.step():
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.proc.args, timeout_s)
+            time.sleep(tick_s)
+        return self.code
+
+
+def training_running() -> bool:
+    """A training started from the panel is still running (Train is greyed out)."""
+    job = _RUN["job"]
+    return job is not None and job.running and job.proc.poll() is None
 
 
 class PS_OT_train_skin(bpy.types.Operator):
@@ -123,7 +216,7 @@ class PS_OT_train_skin(bpy.types.Operator):
         if not bpy.data.filepath:
             cls.poll_message_set("Save the .blend first: training reads the saved character")
             return False
-        if _RUN["proc"] is not None and _RUN["proc"].poll() is None:
+        if training_running():
             cls.poll_message_set("A training is running")
             return False
         return True
@@ -136,35 +229,23 @@ class PS_OT_train_skin(bpy.types.Operator):
                              ["--frames-per-clip", str(self.frames_per_clip),
                               "--samples", str(self.samples)])
 
-    def _start(self, context) -> subprocess.Popen:
+    def _start(self, context) -> TrainingRun:
         if bpy.data.is_dirty:
             bpy.ops.wm.save_mainfile()
-        _RUN["lines"].clear()
-        env = dict(os.environ)
-        root = _package_root()
-        if root.name == "painted_skin":  # an installed extension: its parent on the path
-            env["PYTHONPATH"] = os.pathsep.join(
-                p for p in (str(root.parent), env.get("PYTHONPATH")) if p)
-        proc = subprocess.Popen(self._command(context), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-        _RUN.update(proc=proc, status="training: starting…")
-        threading.Thread(target=_reader, args=(proc,), daemon=True).start()
-        return proc
+        job = start_training(self._command(context))
+        return job
 
-    def _finished(self, code: int):
-        last = _RUN["lines"][-1] if _RUN["lines"] else ""
-        if code == 0:
-            _RUN["status"] = "trained: " + last
-            self.report({"INFO"}, f"skin model trained: {last}")
+    def _finished(self, job: TrainingRun):
+        if job.code == 0:
+            self.report({"INFO"}, f"skin model trained: {job.last_line}")
             return {"FINISHED"}
-        _RUN["status"] = ("stopped (checkpoint saved: tick Resume and Train again)"
-                          if code == 130 else f"training failed (exit {code}): {last}")
-        self.report({"WARNING"} if code == 130 else {"ERROR"}, _RUN["status"])
+        self.report({"WARNING"} if job.code == 130 else {"ERROR"}, job.status)
         return {"CANCELLED"}
 
     def execute(self, context):
-        proc = self._start(context)
-        return self._finished(proc.wait())
+        job = self._start(context)
+        job.wait()
+        return self._finished(job)
 
     def invoke(self, context, event):
         if context.window is None:
@@ -176,28 +257,38 @@ class PS_OT_train_skin(bpy.types.Operator):
         return {"RUNNING_MODAL"}
 
     def modal(self, context, event):
-        proc = _RUN["proc"]
+        job = _RUN["job"]
         if event.type == "ESC" and event.value == "PRESS":
             cancel_training()
         if event.type != "TIMER":
             return {"PASS_THROUGH"}
-        if _RUN["lines"]:
-            _RUN["status"] = "training: " + _RUN["lines"][-1][:100]
+        ended = job.step()
         for area in context.screen.areas:
             if area.type == "VIEW_3D":
                 area.tag_redraw()
-        code = proc.poll()
-        if code is None:
+        if not ended:
             return {"RUNNING_MODAL"}
         context.window_manager.event_timer_remove(self._timer)
-        return self._finished(code)
+        return self._finished(job)
+
+
+def start_training(cmd: list[str]) -> TrainingRun:
+    """Start ``cmd`` (a trainer) as the panel's training: what its Cancel button and
+    progress bar follow. The add-on's own folder goes on the child's path."""
+    env = dict(os.environ)
+    root = _package_root()
+    if root.name == "painted_skin":  # an installed extension: its parent on the path
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(root.parent), env.get("PYTHONPATH")) if p)
+    job = _RUN["job"] = TrainingRun(cmd, env)
+    return job
 
 
 def cancel_training() -> None:
-    proc = _RUN["proc"]
-    if proc is not None and proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        _RUN["status"] = "stopping: saving a checkpoint…"
+    """The Cancel button (and Esc): Ctrl-C to the running training, if any."""
+    job = _RUN["job"]
+    if job is not None:
+        job.cancel()
 
 
 class PS_OT_cancel_training(bpy.types.Operator):
@@ -301,13 +392,13 @@ class PS_PT_skin(SidebarPanel, bpy.types.Panel):
         row.prop(s, "size", text="")
         row.prop(s, "device", text="")
         col.prop(s, "resume")
-        proc = _RUN["proc"]
-        if proc is not None and proc.poll() is None:
+        job = _RUN["job"]
+        if training_running():
             col.operator(PS_OT_cancel_training.bl_idname, icon="CANCEL")
         else:
             col.operator(PS_OT_train_skin.bl_idname, icon="PLAY")
-        if _RUN["status"]:
-            col.label(text=_RUN["status"][:120])
+        if job is not None:
+            col.progress(factor=job.progress, type="BAR", text=job.status[:120])
         col.separator()
         col.prop(s, "model_choice")
         if s.model_choice == "folder":
