@@ -21,7 +21,9 @@ or a local folder/file. Example (``registry.toml`` beside this file)::
 
 A single-file base is read with diffusers' ``from_single_file``; ``config`` gives it
 the component configs, tokenizer and scheduler (weights not needed), so nothing is
-asked of the hub.
+asked of the hub. SD 1.x and SDXL files are told apart by their key names
+(:func:`single_file_arch`); an SDXL one needs an SDXL config folder (``text_encoder_2/``,
+``tokenizer_2/``) and is loaded by :mod:`.sdxl_pipeline`.
 
 :func:`check_weights` lists what is missing (which component, where it looked,
 how to provide it) without loading anything; the backend calls it before a
@@ -262,46 +264,103 @@ def check_source(kind: str, src: Source, need: str, entry: ModelEntry,
     return []
 
 
-_CONFIG_PARTS = ("model_index.json", "unet/config.json", "vae/config.json",
-                 "text_encoder/config.json", "tokenizer", "scheduler")
+#: What a single file's ``config`` folder must hold, per architecture, and where to get one.
+_CONFIG_PARTS = {
+    "sd1": ("model_index.json", "unet/config.json", "vae/config.json",
+            "text_encoder/config.json", "tokenizer", "scheduler"),
+    "sdxl": ("model_index.json", "unet/config.json", "vae/config.json",
+             "text_encoder/config.json", "text_encoder_2/config.json", "tokenizer",
+             "tokenizer_2", "scheduler"),
+}
+_ARCH_NAMES = {"sd1": "SD 1.x", "sdxl": "SDXL"}
+_CONFIG_EXAMPLES = {
+    "sd1": "`hf download stable-diffusion-v1-5/stable-diffusion-v1-5 --exclude '*.safetensors' "
+           "'*.bin' '*.ckpt' --local-dir ~/models/sd15-config`",
+    "sdxl": "`hf download stabilityai/stable-diffusion-xl-base-1.0 --exclude '*.safetensors' "
+            "'*.bin' '*.onnx*' --local-dir ~/models/sdxl-config`",
+}
+#: A key only that architecture's original-layout checkpoints have (SDXL: the OpenCLIP
+#: bigG encoder; SD 1.x: the CLIP-L encoder under ``cond_stage_model``).
+_ARCH_KEY_PREFIXES = {"sdxl": "conditioner.embedders.1.model.",
+                      "sd1": "cond_stage_model.transformer."}
 
 
-def check_single_file(entry: ModelEntry) -> list[str]:
-    """Problems of a single-file base: the file, and the local ``config`` folder that
-    keeps ``from_single_file`` off the hub (without one it downloads the configs)."""
+def single_file_arch(path: str | os.PathLike) -> str | None:
+    """``"sdxl"`` or ``"sd1"`` from a checkpoint's key names (its header only, not its
+    tensors); None when the file cannot be read or is neither."""
+    try:
+        from safetensors import safe_open
+
+        with safe_open(os.fspath(path), framework="numpy") as f:
+            keys = list(f.keys())
+    except Exception:
+        return None
+    for arch, prefix in _ARCH_KEY_PREFIXES.items():
+        if any(k.startswith(prefix) for k in keys):
+            return arch
+    return None
+
+
+def check_single_file(entry: ModelEntry, arch: str | None = None) -> list[str]:
+    """Problems of a single-file base: the file, its architecture (``arch``: the one the
+    pipeline paints with, ``"sd1"`` or ``"sdxl"``; None: whatever the file is), and the
+    local ``config`` folder of that architecture that keeps ``from_single_file`` off the
+    hub (without one it downloads the configs)."""
     path = Path(os.path.expanduser(entry.base.ref))
     problems = [] if path.is_file() else [
         f"base: the checkpoint file {entry.base.ref!r} is not there: put it there or "
         "point the registry's base at it"]
+    found = single_file_arch(path) if path.is_file() else None
+    if arch is not None and found is not None and found != arch:
+        problems.append(f"base: {entry.base.ref!r} is an {_ARCH_NAMES[found]} checkpoint, not "
+                        f"{_ARCH_NAMES[arch]}: paint it with the "
+                        f"{'sdxl-controlnet' if found == 'sdxl' else 'sd15-controlnet'} "
+                        "pipeline or point the registry's base at an "
+                        f"{_ARCH_NAMES[arch]} checkpoint")
+    arch = arch or found or "sd1"
+    parts = _CONFIG_PARTS[arch]
     cfg = entry.config
     if cfg is None:
+        listed = ", ".join(p.removesuffix("/config.json") + "/" for p in parts[1:])
         return [*problems, f"base: {entry.base.ref!r} is a single-file checkpoint: set "
                 "config = \"<folder>\" in the registry entry to a local diffusers folder of "
-                "the same architecture (model_index.json, unet/ vae/ text_encoder/ configs, "
-                "tokenizer/, scheduler/; weights not needed), e.g. `hf download "
-                "stable-diffusion-v1-5/stable-diffusion-v1-5 --exclude '*.safetensors' "
-                "'*.bin' '*.ckpt' --local-dir ~/models/sd15-config` once, online"]
+                f"the same architecture ({_ARCH_NAMES[arch]}: model_index.json, {listed} "
+                f"configs; weights not needed), e.g. {_CONFIG_EXAMPLES[arch]} once, online"]
     folder = resolve(cfg)
     if folder is None:
         return [*problems, f"config: not found; looked in {_where_how(cfg)[0]}; "
                            f"{_where_how(cfg)[1]}"]
     folder = folder / cfg.subfolder if cfg.subfolder else folder
-    missing = [part for part in _CONFIG_PARTS if not (folder / part).exists()]
+    missing = [part for part in parts if not (folder / part).exists()]
     if missing:
         problems.append(f"config: {folder} lacks {', '.join(missing)} (the diffusers "
-                        f"configs {entry.base.ref!r} is loaded with)")
+                        f"{_ARCH_NAMES[arch]} configs {entry.base.ref!r} is loaded with; "
+                        f"make one with {_CONFIG_EXAMPLES[arch]})")
     return problems
 
 
-def check_weights(entry: ModelEntry, probe_hub: bool = False) -> list[str]:
+def single_file_config(entry: ModelEntry, arch: str) -> str:
+    """The local ``config`` folder of a single-file base (raises :class:`MissingWeights`
+    when :func:`check_single_file` finds a problem: a folder removed since the check)."""
+    cfg = entry.config
+    folder = resolve(cfg) if cfg is not None else None
+    if cfg is None or folder is None:
+        raise MissingWeights(entry.name, check_single_file(entry, arch))
+    return str(folder / cfg.subfolder if cfg.subfolder else folder)
+
+
+def check_weights(entry: ModelEntry, probe_hub: bool = False,
+                  arch: str | None = None) -> list[str]:
     """What keeps ``entry`` from loading — one line per missing component,
     naming it, where it looked and how to provide it. Empty when all is there
     (or will be downloaded, when online; ``probe_hub``: and the hub answers — a
-    network probe of up to a few seconds, for the loading thread). Loads nothing."""
+    network probe of up to a few seconds, for the loading thread). ``arch``: the
+    pipeline's architecture (``"sd1"``, ``"sdxl"``) a single-file base must be; None:
+    whatever it is. Loads nothing."""
     def check(kind: str, src: Source, need: str) -> list[str]:
         return check_source(kind, src, need, entry, probe_hub)
 
-    problems = check_single_file(entry) if entry.base.is_single_file else \
+    problems = check_single_file(entry, arch) if entry.base.is_single_file else \
         check("base", entry.base, "pipeline")
     for kind, src in entry.controlnets.items():
         problems += check(f"controlnet {kind}", src, "model")
@@ -384,7 +443,7 @@ def load_components(entry: ModelEntry, dtype: Any = None) -> Components:
     from diffusers import AutoencoderKL, ControlNetModel, DDIMScheduler, UNet2DConditionModel
     from transformers import CLIPTextModel, CLIPTokenizer
 
-    problems = check_weights(entry, probe_hub=True)
+    problems = check_weights(entry, probe_hub=True, arch="sd1")
     if problems:
         raise MissingWeights(entry.name, problems)
     dtype = dtype or torch.float32
@@ -439,11 +498,7 @@ def load_single_file(entry: ModelEntry, dtype: Any) -> tuple[Any, Any, Any, Any,
     with its local ``config`` folder only (:func:`check_single_file` has passed)."""
     from diffusers import DDIMScheduler, StableDiffusionPipeline
 
-    cfg = entry.config
-    folder = resolve(cfg) if cfg is not None else None
-    if cfg is None or folder is None:  # checked before: only a folder removed since
-        raise MissingWeights(entry.name, check_single_file(entry))
-    config = str(folder / cfg.subfolder if cfg.subfolder else folder)
+    config = single_file_config(entry, "sd1")
     pipe = load_named(entry.name, "base (single file)", entry.base,
                       StableDiffusionPipeline.from_single_file,
                       os.path.expanduser(entry.base.ref), config=config,

@@ -151,12 +151,17 @@ class RestyleXLPipeline(RestylePipeline):
 
 
 def tiny_xl_components(seed: int = 0, union: bool = False, n_controlnets: int = 3,
-                       scheduler: str = "lcm") -> XLComponents:
+                       scheduler: str = "lcm", text_encoder_2_width: int = 32) -> XLComponents:
     """Random, deterministic SDXL-shaped components with the configs of
     diffusers' SDXL ControlNet tests (``text_time`` added embeddings, two CLIP
     text encoders of width 32, cross-attention 64): ``n_controlnets`` ControlNets
     of depth, normal, openpose, or one ControlNet-Union (6 control types).
-    A 64² frame takes well under a second a step on a CPU."""
+    A 64² frame takes well under a second a step on a CPU.
+
+    ``text_encoder_2_width`` (a multiple of 4): the second encoder's width; the
+    cross-attention width is the sum of both. A single-file checkpoint tells its
+    two encoders apart by width (768 and 1280 in SDXL), so one saved as a single
+    file needs a width other than 32."""
     import torch
     from diffusers import (
         AutoencoderKL,
@@ -172,8 +177,8 @@ def tiny_xl_components(seed: int = 0, union: bool = False, n_controlnets: int = 
               attention_head_dim=(2, 4), use_linear_projection=True,
               addition_embed_type="text_time", addition_time_embed_dim=8,
               transformer_layers_per_block=(1, 2),
-              projection_class_embeddings_input_dim=80,  # 6 * 8 + 32
-              cross_attention_dim=64)
+              projection_class_embeddings_input_dim=80,  # 6 * 8 + pooled width 32
+              cross_attention_dim=32 + text_encoder_2_width)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         unet = UNet2DConditionModel(**xl, sample_size=32, out_channels=4,
@@ -202,7 +207,9 @@ def tiny_xl_components(seed: int = 0, union: bool = False, n_controlnets: int = 
         torch.manual_seed(seed * 1000 + 8)
         te = CLIPTextModel(cfg)
         torch.manual_seed(seed * 1000 + 9)
-        te2 = CLIPTextModelWithProjection(cfg)
+        te2 = CLIPTextModelWithProjection(cfg if text_encoder_2_width == 32 else
+                                          CLIPTextConfig(**{**cfg.to_dict(),
+                                                            "hidden_size": text_encoder_2_width}))
     sched = EulerDiscreteScheduler(beta_start=0.00085, beta_end=0.012, steps_offset=1,
                                    beta_schedule="scaled_linear", timestep_spacing="leading")
     for m in (unet, vae, te, te2, *cns.values(), *([un] if un is not None else [])):
@@ -238,7 +245,8 @@ def _raw_table(name: str) -> dict[str, Any]:
 def xl_entry(name: str) -> tuple[C.ModelEntry, C.Source | None, dict[str, int]]:
     """(entry, union source, union modes) of registry model ``name``. An SDXL
     entry is an SD one (``base``, ``controlnets``, ``vae``, ``loras``...) whose
-    base also has ``text_encoder_2/`` and ``tokenizer_2/``, optionally with
+    base also has ``text_encoder_2/`` and ``tokenizer_2/`` (or is one SDXL
+    ``.safetensors`` file with an SDXL diffusers ``config`` folder), optionally with
     ``controlnet_union = "xinsir/controlnet-union-sdxl-1.0"`` and
     ``union_modes = { depth = 1, normal = 4, openpose = 0 }``."""
     table = _raw_table(name)
@@ -251,10 +259,11 @@ def xl_entry(name: str) -> tuple[C.ModelEntry, C.Source | None, dict[str, int]]:
 def check_xl_weights(entry: C.ModelEntry, union: C.Source | None,
                      probe_hub: bool = False) -> list[str]:
     """:func:`components.check_weights` plus SDXL's second text encoder and
-    tokenizer and the union ControlNet; empty when everything is there."""
-    problems = C.check_weights(entry, probe_hub)
+    tokenizer (in the base folder, or a single file's ``config`` folder) and the
+    union ControlNet; empty when everything is there."""
+    problems = C.check_weights(entry, probe_hub, arch="sdxl")
     root = C.resolve(entry.base)
-    if root is not None and not problems:
+    if root is not None and not problems and not entry.base.is_single_file:
         folder = root / entry.base.subfolder if entry.base.subfolder else root
         lacking = [f"{p}/" for p in ("text_encoder_2", "tokenizer_2") if not (folder / p).is_dir()]
         if lacking:
@@ -307,14 +316,17 @@ def load_xl_components(name: str, dtype: Any = None, union: bool | None = None) 
         return C.load_named(entry.name, f"base {name}", entry.base, cls.from_pretrained, base,
                             **extra, **sub(name))
 
-    unet = part("unet", UNet2DConditionModel, torch_dtype=dtype)
-    vae = (model("vae", AutoencoderKL, entry.vae) if entry.vae is not None
-           else part("vae", AutoencoderKL, torch_dtype=dtype))
-    te = part("text_encoder", CLIPTextModel, torch_dtype=dtype)
-    te2 = part("text_encoder_2", CLIPTextModelWithProjection, torch_dtype=dtype)
-    tok = part("tokenizer", CLIPTokenizer)
-    tok2 = part("tokenizer_2", CLIPTokenizer)
-    sched = part("scheduler", EulerDiscreteScheduler)
+    vae = model("vae", AutoencoderKL, entry.vae) if entry.vae is not None else None
+    if entry.base.is_single_file:
+        unet, vae, te, te2, tok, tok2, sched = load_xl_single_file(entry, dtype, vae)
+    else:
+        unet = part("unet", UNet2DConditionModel, torch_dtype=dtype)
+        vae = vae or part("vae", AutoencoderKL, torch_dtype=dtype)
+        te = part("text_encoder", CLIPTextModel, torch_dtype=dtype)
+        te2 = part("text_encoder_2", CLIPTextModelWithProjection, torch_dtype=dtype)
+        tok = part("tokenizer", CLIPTokenizer)
+        tok2 = part("tokenizer_2", CLIPTokenizer)
+        sched = part("scheduler", EulerDiscreteScheduler)
     cns = {} if usrc is not None else {k: model(f"controlnet {k}", ControlNetModel, s)
                                        for k, s in entry.controlnets.items()}
     un = model("controlnet union", ControlNetUnionModel, usrc) if usrc is not None else None
@@ -328,6 +340,27 @@ def load_xl_components(name: str, dtype: Any = None, union: bool | None = None) 
     return XLComponents(unet, vae, te, tok, sched, cns, enc, proc, list(entry.loras),
                         entry.ip_adapter, entry.scheduler, entry.name, text_encoder_2=te2,
                         tokenizer_2=tok2, union=un, union_modes=modes)
+
+
+def load_xl_single_file(entry: C.ModelEntry, dtype: Any, vae: Any = None) -> tuple[Any, ...]:
+    """(unet, vae, text_encoder, text_encoder_2, tokenizer, tokenizer_2, scheduler) of a
+    single-file SDXL base (A1111 / ComfyUI layout: ``model.diffusion_model.*``,
+    ``first_stage_model.*``, CLIP-L under ``conditioner.embedders.0.transformer.*``,
+    OpenCLIP bigG under ``conditioner.embedders.1.model.*``), read with diffusers'
+    converters and the entry's local ``config`` folder only, so nothing asks the hub.
+    ``vae``: an override already loaded (the file's VAE is then not read)."""
+    from diffusers import EulerDiscreteScheduler, StableDiffusionXLPipeline
+
+    config = C.single_file_config(entry, "sdxl")
+    given = {"vae": vae} if vae is not None else {}
+    pipe = C.load_named(entry.name, "base (single file)", entry.base,
+                        StableDiffusionXLPipeline.from_single_file,
+                        os.path.expanduser(entry.base.ref), config=config,
+                        local_files_only=True, torch_dtype=dtype, add_watermarker=False,
+                        **given)
+    sched = EulerDiscreteScheduler.from_config(pipe.scheduler.config)
+    return (pipe.unet, pipe.vae, pipe.text_encoder, pipe.text_encoder_2, pipe.tokenizer,
+            pipe.tokenizer_2, sched)
 
 
 def check_xl(options: dict[str, Any]) -> list[str]:

@@ -57,7 +57,7 @@ def check(options: dict[str, Any]) -> list[str]:
         return [f"model {name!r} is not in the registry (it has: {', '.join(sorted(registry))})"]
     from ..diffusion.components import check_weights
 
-    return check_weights(registry[name])
+    return check_weights(registry[name], arch="sd1")
 
 
 def _refuse_unusable_device(options: dict[str, Any], device: str) -> None:
