@@ -6,7 +6,7 @@ import bpy
 
 from .classes import SidebarPanel
 from .operators import running_job
-from .retarget_modal import CLASSES as RETARGET_BATCH_CLASSES
+from .retarget_batch_ui import CLASSES as RETARGET_BATCH_CLASSES
 
 
 class PS_UL_bone_map(bpy.types.UIList):

@@ -1,0 +1,129 @@
+"""The panel's batch retarget: a file browser with multiple selection (as Blender's
+importers have), then :class:`.retarget_modal.BatchRetargetJob` on the panel's timer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import bpy
+
+from .operators import (
+    RUNNING,
+    _map_from_rows,
+    _redraw_sidebars,
+    _settings,
+    _target_poll,
+    running_job,
+)
+from .retarget_modal import BatchRetargetJob
+
+CLIP_GLOB = "*.bvh;*.fbx;*.glb;*.gltf"
+
+
+class PS_OT_retarget_batch(bpy.types.Operator):
+    """Retarget several clip files onto the character, each its own Action named after
+    its file (in the panel it runs in the background: Esc or Cancel stops before the
+    running clip bakes; the finished clips stay). A clip that fails is named in the
+    report and the batch goes on with the others"""
+
+    bl_idname = "painted_skin.retarget_batch"
+    bl_label = "Retarget Several Clips"
+    bl_options = {"REGISTER", "UNDO"}
+
+    files: bpy.props.CollectionProperty(type=bpy.types.OperatorFileListElement,
+                                        options={"HIDDEN", "SKIP_SAVE"})
+    directory: bpy.props.StringProperty(subtype="DIR_PATH", options={"HIDDEN", "SKIP_SAVE"})
+    filter_glob: bpy.props.StringProperty(default=CLIP_GLOB, options={"HIDDEN"})
+    # Set by invoke (the file browser): execute then runs the batch in the background.
+    in_background: bpy.props.BoolProperty(default=False, options={"HIDDEN", "SKIP_SAVE"})
+
+    @classmethod
+    def poll(cls, context):
+        if running_job() is not None:
+            cls.poll_message_set("a retarget is running: wait for it or press Cancel")
+            return False
+        return _target_poll(cls, context)
+
+    def _job(self, context) -> BatchRetargetJob:
+        """The batch the chosen files and the panel's settings describe, not started."""
+        from ..core.retarget import RetargetOptions
+
+        s, scene = _settings(context), context.scene
+        folder = bpy.path.abspath(self.directory)
+        clips = [str(Path(folder) / f.name) for f in self.files if f.name]
+        if not clips:
+            raise ValueError("no clip files chosen: pick one or more BVH, FBX or glTF files")
+        target_map = _map_from_rows(s) if s.use_edited_map and len(s.target_map) else (
+            "auto" if s.target_preset == "AUTO" else s.target_preset)
+        source_map = "auto" if s.source_preset == "AUTO" else s.source_preset
+        opts = RetargetOptions(in_place=s.in_place, foot_lock=s.foot_lock, ground=s.ground,
+                               keep_posture=s.keep_posture)
+        # As one clip in the panel: the scene's rate and start frame are the animator's.
+        return BatchRetargetJob(clips, s.target_object, source_map, target_map, opts,
+                                set_scene=False, fps=scene.render.fps / scene.render.fps_base,
+                                frame_start=scene.frame_start)
+
+    def invoke(self, context, event):
+        if context.window is None:
+            return self.execute(context)
+        self.in_background = True
+        context.window_manager.fileselect_add(self)
+        return {"RUNNING_MODAL"}
+
+    def execute(self, context):
+        try:
+            job = self._job(context)
+        except ValueError as e:
+            self.report({"ERROR"}, str(e))
+            return {"CANCELLED"}
+        self._running = job
+        if context.window is None or not self.in_background:  # scripts, tests: blocking
+            job.run()
+            return self._finish(context)
+        RUNNING["job"] = job
+        wm = context.window_manager
+        self._timer = wm.event_timer_add(0.02, window=context.window)
+        wm.modal_handler_add(self)
+        return {"RUNNING_MODAL"}
+
+    def modal(self, context, event):
+        job = self._running
+        if event.type == "ESC" and event.value == "PRESS":
+            job.cancel_requested = True
+        elif event.type != "TIMER":
+            return {"PASS_THROUGH"}
+        try:
+            ended = job.step()
+        except Exception as e:  # the scene changed under it (an object deleted, undo)
+            job.cancel()
+            self.report({"ERROR"}, f"batch retarget stopped: {type(e).__name__}: {e}")
+            ended = True
+        _redraw_sidebars(context)
+        if not ended:
+            return {"RUNNING_MODAL"}
+        self._remove_timer(context)
+        return self._finish(context)
+
+    def _remove_timer(self, context) -> None:
+        if getattr(self, "_timer", None) is not None:
+            context.window_manager.event_timer_remove(self._timer)
+            self._timer = None
+
+    def cancel(self, context):
+        # Blender ends the modal (a file is opened, Blender quits): stop before a bake.
+        self._running.cancel()
+        self._remove_timer(context)
+
+    def _finish(self, context) -> set[str]:
+        job, scene = self._running, context.scene
+        if job.reports:  # lengthen the scene's range only, as one clip does
+            scene.frame_end = max(scene.frame_end, *(r.frame_start + r.frames - 1
+                                                     for r in job.reports))
+        for name, message in job.failures:
+            self.report({"WARNING"}, f"{name}: {message}")
+        _settings(context).last_report = job.summary
+        self.report({"WARNING"} if job.failures or job.cancelled else {"INFO"}, job.summary)
+        return {"FINISHED"} if job.reports else {"CANCELLED"}
+
+
+CLASSES = (PS_OT_retarget_batch,)
