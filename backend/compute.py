@@ -268,7 +268,10 @@ class ComputeThread:
         # passes: the contract's rule keeps it out of the cache.
         temporal = getattr(pipe, "stateful", False) and s.request.options.get("temporal", True)
         use_cache = self.cache.max_bytes > 0 and pipelines.may_cache(pipe, s.request.options)
-        key = (s.settings, job.seed, passes_hash(job.passes)) if use_cache else None
+        # The model's identity too: a pipeline reloaded after its weights changed in place
+        # must not serve the old weights' frames.
+        key = (s.settings, pipeline_model_id(pipe), job.seed,
+               passes_hash(job.passes)) if use_cache else None
         rgb = self.cache.get(key) if key else None
         cached = rgb is not None
         if job.shm and not job.fresh():

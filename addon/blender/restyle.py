@@ -247,7 +247,7 @@ def restyle_shot(scene: bpy.types.Scene, out_dir: str | Path, url: str = DEFAULT
                 "seed": seed, "width": width, "height": height, "options": options}
     start = frames[0] if chain_start is None or not frames else chain_start
     check_chain(out, frames, start, pipeline, options)  # before anything is written
-    with check_settings(out, settings):  # held while this run writes the folder
+    with check_settings(out, settings) as run_lock:  # held while this run writes it
         todo = [f for f in frames if not frame_done(out, f)]
         done = len(frames) - len(todo)
         summary = {"frames": len(frames), "skipped": done, "written": 0, "dropped": 0,
@@ -276,7 +276,8 @@ def restyle_shot(scene: bpy.types.Scene, out_dir: str | Path, url: str = DEFAULT
         try:
             client.open(pipeline, width, height, prompt=prompt,
                         negative_prompt=negative_prompt, seed=seed, options=options, refs=refs)
-            check_model(out, client.model_id, str(options.get("model") or pipeline))
+            check_model(out, client.model_id, str(options.get("model") or pipeline),
+                        run_lock)
             passes = shot_frames(scene, todo, width, height, engine, wire_passes(pipeline))
             run = client.run_shot(carry.remembering(passes), on_result, cancelled=cancelled,
                                   carry_for=carry, primers_for=carry.primers)

@@ -16,7 +16,7 @@ from pathlib import Path
 from ...wire.options import CrossFrameError
 from ...wire.options import cross_frame_mode as wire_cross_frame_mode
 from ..core.atomic import read_json, write_json_atomic
-from ..core.folder_lock import FolderRun, join_run
+from ..core.folder_lock import FolderRun, hold_tag, join_run, tag_in_use, update_settings
 from ..core.frame_patterns import FramePattern, parse_frame_pattern
 from .shot_geometry import ShotError
 
@@ -191,22 +191,28 @@ class ModelChanged(ShotError):
     """The frames on disk were painted by another version of the model."""
 
 
-def check_model(out: Path, model_id: str | None, model: str) -> None:
+def check_model(out: Path, model_id: str | None, model: str, run: FolderRun) -> None:
     """Refuse to add frames painted by another version of the model to those in ``out``:
     the backend's ``model_id`` (OPENED) against the one the settings file recorded (a
     skin model retrained into the same folder, weights swapped behind a registry name
     keep every setting, not the picture). Records it when the folder has none yet;
-    a backend that tells none (an older one) is not checked. Call it while holding the
-    folder (:func:`check_settings`), after OPEN and before any frame is written."""
+    a backend that tells none (an older one) is not checked. A run that another run
+    with another version is writing now is refused too, frames or not (farm chunks
+    starting together on two backends). ``run``: this run's hold on the folder
+    (:func:`check_settings`); call it after OPEN and before any frame is written."""
     if not model_id:
         return
-    stamp = _stamp(out)
-    old = stamp.get(MODEL_KEY)
-    if old == model_id:
-        return
-    names = _FRAMES.get()
-    if old and any((out / names.folder).glob(names.glob())):
-        raise ModelChanged(f"the frames in {out} were painted by another version of model "
-                           f"{model!r} (then {old}, now {model_id}): use another output "
-                           "folder or delete it")
-    write_json_atomic(out / SETTINGS_FILE, {**stamp, MODEL_KEY: model_id}, indent=1)
+
+    def update() -> None:
+        stamp = _stamp(out)
+        old = stamp.get(MODEL_KEY)
+        if old != model_id:
+            names = _FRAMES.get()
+            if old and (tag_in_use(out, old) or any((out / names.folder).glob(names.glob()))):
+                raise ModelChanged(f"the frames in {out} were painted by another version "
+                                   f"of model {model!r} (then {old}, now {model_id}): use "
+                                   "another output folder or delete it")
+            write_json_atomic(out / SETTINGS_FILE, {**stamp, MODEL_KEY: model_id}, indent=1)
+        hold_tag(out, run, model_id)  # while this run paints, no other version starts
+
+    update_settings(out, update)

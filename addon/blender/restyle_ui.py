@@ -40,7 +40,7 @@ from .restyle import (
     wire_passes,
     write_result,
 )
-from .restyle_output import RESTYLED, check_settings, frame_done
+from .restyle_output import RESTYLED, check_model, check_settings, frame_done
 from .restyle_panel import CLASSES as PANEL_CLASSES
 from .restyle_panel import ActiveRun
 from .restyle_settings import (
@@ -144,6 +144,8 @@ class PS_OT_restyle(bpy.types.Operator):
             self._client = BackendClient(backend_url(context), keys=_keys(context),
                                          on_dead=restart_local_if_dead)
             pipeline = args.pop("pipeline")
+            self._model = str((args.get("options") or {}).get("model") or pipeline)
+            self._model_checked = False
             self._client.open(pipeline, s.width, s.height, wait=False,
                               refs=reference_images(s), **args)
             (self._out / RESTYLED).mkdir(parents=True, exist_ok=True)
@@ -171,6 +173,9 @@ class PS_OT_restyle(bpy.types.Operator):
         return {"RUNNING_MODAL"}
 
     def _on_result(self, r: Result, width: int, height: int) -> None:
+        if not self._model_checked:  # OPENED has come: its model_id, before a frame lands
+            check_model(self._out, self._client.model_id, self._model, self._run_lock)
+            self._model_checked = True
         write_result(self._out, r, width, height)
         self._done += 1
 

@@ -12,6 +12,7 @@ no stale lock). Where ``fcntl`` is missing (Windows) runs are not guarded.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,8 +31,12 @@ class FolderRun:
 
     def __init__(self, fd: int | None) -> None:
         self._fd = fd
+        self._tags: list[int] = []  # shared locks on what this run uses (hold_tag)
 
     def close(self) -> None:
+        for fd in self._tags:
+            os.close(fd)
+        self._tags = []
         if self._fd is not None:
             os.close(self._fd)  # releases the flock
             self._fd = None
@@ -55,6 +60,46 @@ def _settings_mutex(folder: Path) -> Iterator[None]:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # held for a check and a small write only
         yield
+    finally:
+        os.close(fd)
+
+
+def update_settings(folder: Path, update: Callable[[], None]) -> None:
+    """``update()`` under the settings lock: a check-then-write of the settings file
+    that a run starting at the same moment cannot interleave with."""
+    if fcntl is None:
+        update()
+        return
+    with _settings_mutex(folder):
+        update()
+
+
+def _tag_file(folder: Path, tag: str) -> Path:
+    return folder / f".uses-{hashlib.blake2b(tag.encode(), digest_size=8).hexdigest()}.lock"
+
+
+def hold_tag(folder: Path, run: FolderRun, tag: str) -> None:
+    """Mark ``run`` as using ``tag`` (e.g. a model version) until it closes."""
+    if fcntl is None or run._fd is None:
+        return
+    fd = _open(_tag_file(folder, tag))
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    run._tags.append(fd)
+
+
+def tag_in_use(folder: Path, tag: str) -> bool:
+    """Whether a run writing ``folder`` now holds ``tag`` (:func:`hold_tag`). Its own
+    lock file, not the run's: a shared lock turned exclusive would be dropped, not
+    kept, when the conversion fails."""
+    path = _tag_file(folder, tag)
+    if fcntl is None or not path.exists():
+        return False
+    fd = _open(path)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
     finally:
         os.close(fd)
 

@@ -32,9 +32,12 @@ from ...wire.options import CROSS_FRAME_OFF as CROSS_FRAME_OFF
 
 StepCallback = Callable[[int, int], bool]
 
-#: Above this many bytes a model's files are identified by their size and mtime_ns
-#: instead of their bytes (hashing runs at ~1 GB/s: this keeps a load under a second).
-HASH_LIMIT = 512 * 1024 * 1024
+#: Files up to this size are identified by all their bytes; larger ones (base weights of
+#: several GB) by their size and three 1 MiB samples (start, middle, end): a retrain
+#: changes every tensor, and the identity stays the same on every machine that holds
+#: the same bytes (unlike a modification time), at a few ms per file.
+FULL_HASH_LIMIT = 8 * 1024 * 1024
+SAMPLE = 1024 * 1024
 
 
 class Cancelled(Exception):
@@ -90,28 +93,40 @@ def may_cache(pipe: object, options: dict[str, Any]) -> bool:
         options.get("cross_frame") in CROSS_FRAME_OFF
 
 
+def _digest_file(h: Any, path: Path, size: int) -> None:
+    with open(path, "rb") as f:
+        if size <= FULL_HASH_LIMIT:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+            return
+        for offset in (0, size // 2 - SAMPLE // 2, size - SAMPLE):
+            f.seek(offset)
+            h.update(f.read(SAMPLE))
+
+
 def files_identity(paths: Iterable[str | os.PathLike], prefix: str = "",
-                   hash_limit: int = HASH_LIMIT) -> str:
+                   root: str | os.PathLike | None = None) -> str:
     """A short digest that changes when any of ``paths`` (files; a missing one counts
-    as missing) changes: their names and bytes (blake2b), or, when together they
-    exceed ``hash_limit`` bytes, their sizes and mtime_ns. Computed once when a
-    pipeline loads, it is the ``model_id`` that OPENED carries: a client resuming a
-    shot compares it with the one that painted the frames already on disk."""
+    as missing) changes: their names (relative to ``root``, else the file name), sizes
+    and bytes (sampled above :data:`FULL_HASH_LIMIT`). Computed once when a pipeline
+    loads, it is the ``model_id`` that OPENED carries: a client resuming a shot
+    compares it with the one that painted the frames already on disk, so it must be
+    the same for the same bytes on any backend (farm nodes hold copies)."""
     files = sorted(Path(p) for p in paths)
-    stats = {p: p.stat() if p.is_file() else None for p in files}
-    by_bytes = sum(st.st_size for st in stats.values() if st is not None) <= hash_limit
     h = hashlib.blake2b(prefix.encode(), digest_size=16)
-    for p, st in stats.items():
-        h.update(f"\0{p.name}\0".encode())
-        if st is None:
-            h.update(b"missing")
-        elif by_bytes:
-            with open(p, "rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    h.update(chunk)
-        else:
-            h.update(f"{st.st_size}:{st.st_mtime_ns}".encode())
-    return ("blake2b:" if by_bytes else "stat:") + h.hexdigest()
+    for p in files:
+        name = p.relative_to(root).as_posix() if root is not None else p.name
+        h.update(f"\0{name}\0".encode())
+        try:
+            size = p.stat().st_size if p.is_file() else -1
+            if size < 0:
+                h.update(b"missing")
+                continue
+            h.update(f"{size}:".encode())
+            _digest_file(h, p, size)
+        except OSError:  # unreadable now: an identity that matches nothing stored
+            h.update(b"unreadable")
+    return "blake2b:" + h.hexdigest()
 
 
 def model_id(pipe: object) -> str | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib.util
+import itertools
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -102,22 +103,28 @@ def _hub_revision(ref: str) -> str:
 
 def registry_identity(entry: Any) -> str:
     """``model_id`` of a registry model: the entry as resolved (every source, scale,
-    option) plus, for local sources, each file's size and mtime_ns, for hub ids the
-    cached revision — cheap (stat only) and changed when weights change."""
-    h = hashlib.blake2b(repr(entry).encode(), digest_size=16)
+    option; local sources by their content, not their path) plus, for hub ids, the
+    cached revision (call it after the load: a first load downloads it). The same on
+    every machine that holds the same weights."""
+    from .base import files_identity
+
+    text = repr(entry)
+    parts = []
     for src in _sources(entry):
         if not src.is_local:
-            h.update(f"\0hub {src.ref} {_hub_revision(src.ref)}".encode())
+            parts.append(f"hub {src.ref} {_hub_revision(src.ref)}")
             continue
+        text = text.replace(repr(src.ref), "'<local>'")
         root = Path(os.path.expanduser(src.ref))
         files = [root] if root.is_file() else sorted(
-            p for p in root.rglob("*") if p.is_file())[:MAX_FILES] if root.is_dir() else []
-        for p in files:
-            st = p.stat()
-            h.update(f"\0{p} {st.st_size} {st.st_mtime_ns}".encode())
-        if not files:
-            h.update(f"\0missing {root}".encode())
-    return "stat:" + h.hexdigest()
+            p for p in itertools.islice(root.rglob("*"), MAX_FILES) if p.is_file()
+        ) if root.is_dir() else []
+        parts.append(files_identity(files, root=root.parent if root.is_file() else root)
+                     if files else "missing")
+    h = hashlib.blake2b(text.encode(), digest_size=16)
+    for part in parts:
+        h.update(f"\0{part}".encode())
+    return "blake2b:" + h.hexdigest()
 
 
 def _tiny_identity(options: dict[str, Any], kind: str) -> str:
@@ -149,8 +156,8 @@ def sd15_controlnet(options: dict[str, Any], device: str) -> Any:
         if name not in registry:
             raise KeyError(f"model {name!r} is not in the registry "
                            f"(it has: {', '.join(sorted(registry))})")
-        model_id = registry_identity(registry[name])  # before the load: see skin's
         comps = load_components(registry[name], tdtype)
+        model_id = registry_identity(registry[name])  # after: a hub id's revision is cached
     if options.get("engine", "torch") == "onnx":
         from ..diffusion.onnx.pipeline import OnnxRestylePipeline
 
@@ -210,8 +217,8 @@ def sdxl_controlnet(options: dict[str, Any], device: str) -> Any:
 
         name = str(options.get("model", "sdxl"))
         entry = load_registry(None).get(name)
-        model_id = registry_identity(entry) if entry is not None else f"sdxl:{name}"
         comps = load_xl_components(name, tdtype, None if union is None else bool(union))
+        model_id = registry_identity(entry) if entry is not None else f"sdxl:{name}"
     if options.get("engine", "torch") == "onnx":
         from ..diffusion.onnx.xl import OnnxRestyleXLPipeline
 

@@ -131,8 +131,9 @@ def test_a_reopen_onto_another_model_version_ends_the_shot(serve):
 
 def test_a_diffusion_model_id_follows_its_local_weights(tmp_path):
     """A registry model's ``model_id`` changes when a weight file behind its name is
-    swapped (its mtime), and with the entry's sources; read again, it is the same."""
-    import os
+    swapped, and with the entry's sources; read again, or from a copy of the folder
+    elsewhere (a farm node's), it is the same."""
+    import shutil
 
     from painted_skin.backend.diffusion.components import parse_entry
     from painted_skin.backend.pipelines.diffusion import registry_identity
@@ -145,10 +146,56 @@ def test_a_diffusion_model_id_follows_its_local_weights(tmp_path):
     first = registry_identity(entry)
     assert registry_identity(parse_entry("mine", {"base": str(base),
                                                   "local_files_only": True})) == first
-    st = weights.stat()
-    weights.write_bytes(b"\1" * 64)  # the same size: told by its mtime
-    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    copy = tmp_path / "node" / "sd15"
+    shutil.copytree(base, copy)  # new mtimes, another path: the same weights
+    assert registry_identity(parse_entry("mine", {"base": str(copy),
+                                                  "local_files_only": True})) == first
+    weights.write_bytes(b"\1" * 64)  # the same size, other bytes
     assert registry_identity(entry) != first
     with_cn = parse_entry("mine", {"base": str(base), "local_files_only": True,
                                 "controlnets": {"depth": str(tmp_path / "cn")}})
     assert registry_identity(with_cn) != registry_identity(entry)
+
+
+def test_two_runs_starting_together_with_two_model_versions_do_not_both_paint(tmp_path):
+    """Farm chunks of one shot opened on two backends holding different versions: the
+    second refuses although no frame is on disk yet; alone, a folder without frames
+    takes the new version."""
+    from painted_skin.addon.blender.restyle_output import (
+        MODEL_KEY,
+        SETTINGS_FILE,
+        ModelChanged,
+        check_model,
+        check_settings,
+    )
+
+    settings = {"pipeline": "skin", "options": {"model": "mine"}}
+    first = check_settings(tmp_path, settings)
+    second = check_settings(tmp_path, settings)  # same settings: they share the folder
+    check_model(tmp_path, "blake2b:aaaa", "mine", first)
+    with pytest.raises(ModelChanged, match="another version of model 'mine'"):
+        check_model(tmp_path, "blake2b:bbbb", "mine", second)
+    second.close()
+    first.close()
+    with check_settings(tmp_path, settings) as alone:
+        check_model(tmp_path, "blake2b:bbbb", "mine", alone)  # no frames, nobody else
+    assert json.loads((tmp_path / SETTINGS_FILE).read_text())[MODEL_KEY] == "blake2b:bbbb"
+
+
+def test_a_large_weight_file_is_told_by_samples_of_its_bytes(tmp_path, monkeypatch):
+    """Above the full-hash limit a file is identified by its size and samples at its
+    start, middle and end: a retrain (every tensor changes) is told, a copy is not."""
+    from painted_skin.backend.pipelines import base
+
+    monkeypatch.setattr(base, "FULL_HASH_LIMIT", 1024)
+    monkeypatch.setattr(base, "SAMPLE", 256)
+    data = bytearray(range(256)) * 40  # 10 KiB
+    big = tmp_path / "unet.safetensors"
+    big.write_bytes(bytes(data))
+    first = base.files_identity([big])
+    (tmp_path / "copy").mkdir()
+    (tmp_path / "copy" / big.name).write_bytes(bytes(data))
+    assert base.files_identity([tmp_path / "copy" / big.name]) == first
+    data[len(data) // 2] ^= 1  # inside the middle sample
+    big.write_bytes(bytes(data))
+    assert base.files_identity([big]) != first
