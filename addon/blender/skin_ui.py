@@ -104,11 +104,13 @@ class TrainingRun:
 
     def __init__(self, cmd: list[str], env: dict[str, str] | None = None) -> None:
         self.lines: collections.deque[str] = collections.deque(maxlen=50)
-        self._new: collections.deque[str] = collections.deque()
+        # Bounded: a run nobody steps any more (the modal ended) keeps only its last lines.
+        self._new: collections.deque[str] = collections.deque(maxlen=1000)
         self.progress = 0.0
         self.status = "training: starting…"
         self.code: int | None = None
         self.stopping = False  # Cancel asked: the status says so until the child ends
+        self._ended: float | None = None  # when the child was first seen ended
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, env=env)
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -155,14 +157,18 @@ class TrainingRun:
             return True
         code = self.proc.poll()
         if code is not None:
-            self._reader.join(5)  # the last lines (the model folder's) come before the end
+            # The last lines (the model folder's) come before the pipe's end; a grandchild
+            # (the trainer under a Blender child) may hold the pipe open a while longer:
+            # wait for them over a few ticks, never blocking one for long.
+            self._ended = self._ended or time.monotonic()
+            self._reader.join(0.05)
         while self._new:
             self._take(self._new.popleft())
-        if code is None:
+        if code is None or (self._reader.is_alive() and time.monotonic() - self._ended < 5):
             return False
         self.code = code
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        if self.proc.stdout is not None and not self._reader.is_alive():
+            self.proc.stdout.close()  # (a reader still blocked on it keeps it: daemon)
         last = self.last_line
         if code == 0:
             self.progress, self.status = 1.0, "trained: " + last

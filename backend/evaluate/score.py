@@ -92,7 +92,7 @@ def numbered(folder: Path, ext: str) -> dict[int, Path]:
             widest[key] = max(widest.get(key, 0), len(parts[k]))
     if not groups:
         return {}
-    best = max(groups, key=lambda k: (len(groups[k]), k == "#", widest[k]))
+    best = max(groups, key=lambda k: (len(groups[k]), k == "#", widest[k], k))  # (k: stable)
     return groups[best]
 
 
