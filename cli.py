@@ -156,7 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--character", required=True,
                    help="the rigged character (.blend .glb .gltf .fbx), or 'demo'")
     t.add_argument("--out", required=True, help="model folder to write")
-    t.add_argument("--minutes", type=float, default=20.0, help="training time budget")
+    t.add_argument("--minutes", type=float, help="training time budget (default: 20, or "
+                   "none with --steps: the schedule runs whole)")
     t.add_argument("--size", type=int, default=128, help="render size: 128 or 256")
     t.add_argument("--device", default="cpu", help="cpu or cuda")
     t.add_argument("--resume", action="store_true", help="continue the last checkpoint")

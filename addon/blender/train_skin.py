@@ -26,11 +26,14 @@ DEFAULT_CACHE = Path(os.environ.get("PAINTED_SKIN_CACHE",
                                     Path.home() / ".cache" / "painted-skin")) / "skin-data"
 
 
+DEFAULT_MINUTES = 20.0
+
+
 @dataclass
 class TrainRequest:
     character: str  # a .blend/.glb/.fbx path, or "demo"
     out: Path
-    minutes: float = 20.0
+    minutes: float | None = None  # None: 20 minutes, or no budget when steps is given
     size: int = 128
     device: str = "cpu"
     resume: bool = False
@@ -41,6 +44,32 @@ class TrainRequest:
     steps: int | None = None
     seed: int = 0
     temporal: bool = False
+
+    def budget(self) -> float | None:
+        """The training time budget in minutes; None: the schedule runs whole (``steps``
+        given alone, so the documented command reproduces a model exactly)."""
+        if self.minutes is not None:
+            return self.minutes or None
+        return None if self.steps else DEFAULT_MINUTES
+
+
+def trainer_command(req: TrainRequest, python: str, train_dir: Path, held_dir: Path,
+                    fingerprint: Path, extra: Path) -> list[str]:
+    """The backend trainer's command line for ``req`` over rendered frame folders."""
+    cmd = [python, "-m", "painted_skin.backend.skin.train", "--frames", str(train_dir),
+           "--eval-frames", str(held_dir), "--out", str(req.out), "--fingerprint",
+           str(fingerprint), "--report-extra", str(extra), "--device", req.device,
+           "--seed", str(req.seed), "--crop", str(min(64 if req.size <= 128 else 128,
+                                                      req.size))]
+    if req.budget():
+        cmd += ["--minutes", f"{req.budget():g}"]
+    if req.steps:
+        cmd += ["--steps", str(req.steps)]
+    if req.resume:
+        cmd.append("--resume")
+    if req.temporal:
+        cmd.append("--temporal")
+    return cmd
 
 
 def ensure_lighting(scene: bpy.types.Scene) -> None:
@@ -140,18 +169,7 @@ def train_skin(req: TrainRequest, progress=None) -> int:
             "train": str(train_dir), "held_out": str(held_dir), "size": req.size,
             "train_clips": [list(c) for c in spec.clips],
             "held_out_clips": [list(c) for c in held.clips], "samples": req.samples}})
-        cmd = [python, "-m", "painted_skin.backend.skin.train", "--frames", str(train_dir),
-               "--eval-frames", str(held_dir), "--out", str(req.out), "--fingerprint", str(fp),
-               "--report-extra", str(extra), "--device", req.device, "--seed", str(req.seed),
-               "--crop", str(min(64 if req.size <= 128 else 128, req.size))]
-        if req.minutes:
-            cmd += ["--minutes", f"{req.minutes:g}"]
-        if req.steps:
-            cmd += ["--steps", str(req.steps)]
-        if req.resume:
-            cmd.append("--resume")
-        if req.temporal:
-            cmd.append("--temporal")
+        cmd = trainer_command(req, python, train_dir, held_dir, fp, extra)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO.parent) if REPO.name ==
                                                         "painted_skin" else None,

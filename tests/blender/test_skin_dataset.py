@@ -95,3 +95,21 @@ def test_train_skin_refuses_bad_input_in_one_line(case, tmp_path, capsys):
         assert out.read_text() == "precious"
     if case == "out_not_a_model":
         assert (out / "notes.txt").read_text() == "precious"
+
+
+def test_steps_alone_run_the_whole_schedule_and_minutes_alone_a_budget(tmp_path):
+    """``train-skin --steps N`` (the documented recipe of a committed model) is not cut
+    by a time budget; without ``--steps`` the budget is 20 minutes or ``--minutes``."""
+    from painted_skin.addon.blender.train_skin import TrainRequest, trainer_command
+
+    def cmd(**kw) -> list[str]:
+        req = TrainRequest("demo", tmp_path / "m", **kw)
+        return trainer_command(req, "python", tmp_path / "t", tmp_path / "h",
+                               tmp_path / "fp.json", tmp_path / "x.json")
+
+    def opt(c: list[str], name: str) -> str | None:
+        return c[c.index(name) + 1] if name in c else None
+
+    assert opt(cmd(steps=5000), "--steps") == "5000" and "--minutes" not in cmd(steps=5000)
+    assert opt(cmd(), "--minutes") == "20" and "--steps" not in cmd()
+    assert opt(cmd(minutes=5.0, steps=100), "--minutes") == "5"
