@@ -28,17 +28,22 @@ from ..core.atomic import output_target, replace_atomic, write_json_atomic
 from .passes import PassOptions, iter_frames
 from .shot_geometry import ShotGeometry
 
-DATASET_VERSION = 1
+DATASET_VERSION = 2  # 2: the motions since the torso chains (a cache key holds no code)
 # What the skin model reads (skeleton is not needed: the geometry is all here).
 PASSES = ("depth", "normal", "mask", "parts", "motion", "rest_position", "uv",
           "normal_world", "view_dir", "light_visibility")
 # (motion kind, seed): the training motions; "wave" is kept out for evaluation. The
 # range-of-motion takes ("rom", as a mocap session's calibration clip) show the arms
 # raised, lit from above, which no gait shows: without them the demo's wave painted the
-# raised forearm in the shirt's shading.
+# raised forearm in the shirt's shading. Each seed is a new variant and a new camera
+# orbit: a model fitted to 15 clips read 3.5 dB better on its training frames than on
+# held-out motion under the same cameras, so the set grew in clips, not in steps.
 TRAIN_CLIPS = (("walk", 0), ("run", 0), ("jump", 0), ("turn", 0), ("sit", 0),
                ("walk", 1), ("run", 1), ("jump", 1), ("turn", 1), ("sit", 1),
-               ("walk", 2), ("turn", 2), ("rom", 0), ("rom", 1), ("rom", 2))
+               ("walk", 2), ("turn", 2), ("rom", 0), ("rom", 1), ("rom", 2),
+               ("walk", 3), ("walk", 4), ("run", 2), ("run", 3), ("jump", 2), ("sit", 2),
+               ("turn", 3), ("rom", 3), ("rom", 4), ("rom", 5), ("rom", 6), ("rom", 7),
+               ("rom", 8))
 HELD_OUT_CLIPS = (("wave", 0),)
 # Stored at this precision: float16 where 1e-3 is plenty, float32 for UV and rest
 # position (a 1024² texture needs better than float16's 5e-4 near 1.0).
