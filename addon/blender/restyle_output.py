@@ -9,9 +9,12 @@ re-run (or a farm chunk) resumes; a chained shot's frame needs the frame before 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import hashlib
+from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from pathlib import Path
+
+import numpy as np
 
 from ...wire.options import CrossFrameError
 from ...wire.options import cross_frame_mode as wire_cross_frame_mode
@@ -24,7 +27,8 @@ RESTYLED = "restyled"
 CARRY = "carry"
 SETTINGS_FILE = "restyle.json"
 # The settings that make a frame's picture; frames on disk made with others are refused.
-SHOT_KEYS = ("pipeline", "prompt", "negative_prompt", "seed", "width", "height", "options")
+SHOT_KEYS = ("pipeline", "prompt", "negative_prompt", "seed", "width", "height", "options",
+             "refs")
 # Pipelines whose frames never depend on the frames before them.
 STATELESS_PIPELINES = frozenset({"echo"})
 
@@ -121,6 +125,20 @@ def check_chain(out: Path, frames: list[int], start: int, pipeline: str | None,
                 "each chunk wait for the one before), or pass --options "
                 "'{\"temporal\": false}' to paint frames independently")
         earlier.add(f)
+
+
+def refs_key(refs: Iterable) -> str | None:
+    """The reference images as a shot setting (``settings["refs"]``): their digest and
+    how the pipelines combine them (a weighted mean of their embeddings), so frames
+    painted with other references, or combined otherwise, are never resumed into.
+    None without references (the key is then left out, as in older folders)."""
+    h, n = hashlib.sha256(), 0
+    for ref in refs:
+        a = np.ascontiguousarray(ref)
+        h.update(f"{a.dtype}{a.shape}".encode())
+        h.update(a.tobytes())
+        n += 1
+    return f"mean:{n}:{h.hexdigest()[:32]}" if n else None
 
 
 def _settings_diff(out: Path, settings: dict) -> list[str]:

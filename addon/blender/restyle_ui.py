@@ -40,7 +40,7 @@ from .restyle import (
     wire_passes,
     write_result,
 )
-from .restyle_output import RESTYLED, check_model, check_settings, frame_done
+from .restyle_output import RESTYLED, check_model, check_settings, frame_done, refs_key
 from .restyle_panel import CLASSES as PANEL_CLASSES
 from .restyle_panel import ActiveRun
 from .restyle_settings import (
@@ -132,8 +132,11 @@ class PS_OT_restyle(bpy.types.Operator):
             self._out = _out(context)
             args["options"] = pipeline_options(scene, args["pipeline"], shot_options(
                 scene, self._out, s.width, s.height, args.get("options")))
+            refs = reference_images(s)
+            key = refs_key(refs)
             self._run_lock = check_settings(self._out, {**args, "width": s.width,
-                                                        "height": s.height})
+                                                        "height": s.height,
+                                                        **({"refs": key} if key else {})})
             todo = [f for f in self._frames if not frame_done(self._out, f)]
             self._done, self._frame_now = len(self._frames) - len(todo), scene.frame_current
             if not todo:
@@ -146,8 +149,7 @@ class PS_OT_restyle(bpy.types.Operator):
             pipeline = args.pop("pipeline")
             self._model = str((args.get("options") or {}).get("model") or pipeline)
             self._model_checked = False
-            self._client.open(pipeline, s.width, s.height, wait=False,
-                              refs=reference_images(s), **args)
+            self._client.open(pipeline, s.width, s.height, wait=False, refs=refs, **args)
             (self._out / RESTYLED).mkdir(parents=True, exist_ok=True)
             w, h = s.width, s.height
             carry = CarrySource(scene, self._out, w, h, options=args.get("options"),

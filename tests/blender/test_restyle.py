@@ -77,6 +77,27 @@ def test_restyle_shot_writes_every_frame_and_resumes(bpy_clean, shot_blend, back
         restyle_shot(scene, tmp_path, backend_url, frames=frames, size=(48, 64), seed=6)
 
 
+def test_a_rerun_with_other_reference_images_refuses(bpy_clean, shot_blend, backend_url,
+                                                     tmp_path):
+    """The reference images are a shot setting: frames painted with one set are never
+    resumed with another (nor with none); the same images resume."""
+    from painted_skin.addon.blender.restyle import restyle_shot
+    from painted_skin.addon.blender.shot_geometry import ShotError
+
+    scene = open_shot(bpy_clean, shot_blend)
+    front = np.full((8, 8, 3), 40, np.uint8)
+    side = np.full((8, 8, 3), 90, np.uint8)
+    run = {"frames": range(2, 4), "size": (48, 64), "seed": 5}
+    assert restyle_shot(scene, tmp_path, backend_url, refs=[front], **run)["written"] == 2
+    for refs in ([side], [front, side], []):
+        with pytest.raises(ShotError, match=r"other settings \(refs\)"):
+            restyle_shot(scene, tmp_path, backend_url, refs=refs, frames=range(2, 5),
+                         size=(48, 64), seed=5)
+    again = restyle_shot(scene, tmp_path, backend_url, refs=[front.copy()], frames=range(2, 5),
+                         size=(48, 64), seed=5)
+    assert (again["written"], again["skipped"]) == (1, 2)
+
+
 @pytest.fixture
 def restyle_registered(bpy_clean):
     from painted_skin.addon.blender import restyle_ui
