@@ -28,6 +28,16 @@ def _target_poll(cls, context) -> bool:
     return True
 
 
+def panel_retarget_args(s) -> tuple[str, str | BoneMap, RetargetOptions]:
+    """(source map, target map, options) the Retarget panel's settings give: what one
+    clip and a batch of clips both retarget with."""
+    target_map = _map_from_rows(s) if s.use_edited_map and len(s.target_map) else (
+        "auto" if s.target_preset == "AUTO" else s.target_preset)
+    source_map = "auto" if s.source_preset == "AUTO" else s.source_preset
+    return source_map, target_map, RetargetOptions(in_place=s.in_place, foot_lock=s.foot_lock,
+                                                   ground=s.ground, keep_posture=s.keep_posture)
+
+
 def _map_from_rows(s) -> BoneMap:
     bones = {r.canonical: r.bone for r in s.target_map if r.bone}
     return BoneMap.from_dict({"bones": bones})
@@ -118,11 +128,7 @@ class PS_OT_retarget(bpy.types.Operator):
         """The retarget the panel's settings describe, not started yet."""
         s = _settings(context)
         source = bpy.path.abspath(s.source_path) if s.source_kind == "FILE" else s.source_object
-        target_map = _map_from_rows(s) if s.use_edited_map and len(s.target_map) else (
-            "auto" if s.target_preset == "AUTO" else s.target_preset)
-        source_map = "auto" if s.source_preset == "AUTO" else s.source_preset
-        opts = RetargetOptions(in_place=s.in_place, foot_lock=s.foot_lock, ground=s.ground,
-                               keep_posture=s.keep_posture)
+        source_map, target_map, opts = panel_retarget_args(s)
         scene = context.scene
         if self.match_scene:
             timing = {"set_scene": True}

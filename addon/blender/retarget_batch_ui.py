@@ -7,17 +7,18 @@ from pathlib import Path
 
 import bpy
 
+from .importers import CLIP_TYPES
 from .operators import (
     RUNNING,
-    _map_from_rows,
     _redraw_sidebars,
     _settings,
     _target_poll,
+    panel_retarget_args,
     running_job,
 )
 from .retarget_modal import BatchRetargetJob
 
-CLIP_GLOB = "*.bvh;*.fbx;*.glb;*.gltf"
+CLIP_GLOB = ";".join(f"*{ext}" for ext in sorted(CLIP_TYPES))  # the file browser's filter
 
 
 class PS_OT_retarget_batch(bpy.types.Operator):
@@ -46,18 +47,12 @@ class PS_OT_retarget_batch(bpy.types.Operator):
 
     def _job(self, context) -> BatchRetargetJob:
         """The batch the chosen files and the panel's settings describe, not started."""
-        from ..core.retarget import RetargetOptions
-
         s, scene = _settings(context), context.scene
         folder = bpy.path.abspath(self.directory)
         clips = [str(Path(folder) / f.name) for f in self.files if f.name]
         if not clips:
             raise ValueError("no clip files chosen: pick one or more BVH, FBX or glTF files")
-        target_map = _map_from_rows(s) if s.use_edited_map and len(s.target_map) else (
-            "auto" if s.target_preset == "AUTO" else s.target_preset)
-        source_map = "auto" if s.source_preset == "AUTO" else s.source_preset
-        opts = RetargetOptions(in_place=s.in_place, foot_lock=s.foot_lock, ground=s.ground,
-                               keep_posture=s.keep_posture)
+        source_map, target_map, opts = panel_retarget_args(s)
         # As one clip in the panel: the scene's rate and start frame are the animator's.
         return BatchRetargetJob(clips, s.target_object, source_map, target_map, opts,
                                 set_scene=False, fps=scene.render.fps / scene.render.fps_base,

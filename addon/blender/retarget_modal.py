@@ -184,6 +184,3 @@ class BatchRetargetJob:
         if self.failures:
             text += "; failed: " + ", ".join(name for name, _ in self.failures)
         return text
-
-
-#: The clip files the batch's file browser shows.
