@@ -184,7 +184,7 @@ def shot_depth_range(geo: ShotGeometry, frames: range) -> tuple[float, float]:
 
 def build_manifest(opts: PassOptions, near: float, far: float, geo: ShotGeometry,
                    names: FramePattern = DEFAULT_NAMES) -> dict:
-    files = f"{names.prefix}{'#' * names.digits}{names.suffix}"
+    files = names.text()  # (no folder: each pass has its own)
     return {
         "version": MANIFEST_VERSION,
         "engine": opts.engine,

@@ -52,8 +52,8 @@ from .restyle_output import (  # noqa: F401 (re-exported: the CLI, farm recipes,
     frame_done,
     is_chained,
     is_temporal,
-    refs_key,
     result_path,
+    shot_settings,
 )
 from .shot_geometry import ShotError, ShotGeometry, find_armature, render_meshes
 
@@ -245,10 +245,8 @@ def restyle_shot(scene: bpy.types.Scene, out_dir: str | Path, url: str = DEFAULT
     options = pipeline_options(scene, pipeline, shot_options(scene, out, width, height,
                                                              options))
     refs = list(refs)
-    settings = {"pipeline": pipeline, "prompt": prompt, "negative_prompt": negative_prompt,
-                "seed": seed, "width": width, "height": height, "options": options}
-    if refs:
-        settings["refs"] = refs_key(refs)
+    settings = shot_settings(pipeline, prompt, negative_prompt, seed, width, height, options,
+                             refs)
     start = frames[0] if chain_start is None or not frames else chain_start
     check_chain(out, frames, start, pipeline, options)  # before anything is written
     with check_settings(out, settings) as run_lock:  # held while this run writes it

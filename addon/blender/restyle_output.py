@@ -127,6 +127,16 @@ def check_chain(out: Path, frames: list[int], start: int, pipeline: str | None,
         earlier.add(f)
 
 
+def shot_settings(pipeline: str, prompt: str, negative_prompt: str, seed: int, width: int,
+                  height: int, options: dict, refs: Iterable = ()) -> dict:
+    """What a folder's frames were painted with (:data:`SHOT_KEYS`), as ``restyle.json``
+    records it; the references only when there are some (older folders have none)."""
+    settings = {"pipeline": pipeline, "prompt": prompt, "negative_prompt": negative_prompt,
+                "seed": seed, "width": width, "height": height, "options": options}
+    key = refs_key(refs)
+    return {**settings, "refs": key} if key else settings
+
+
 def refs_key(refs: Iterable) -> str | None:
     """The reference images as a shot setting (``settings["refs"]``): their digest and
     how the pipelines combine them (a weighted mean of their embeddings), so frames
@@ -143,13 +153,9 @@ def refs_key(refs: Iterable) -> str | None:
 
 def _settings_diff(out: Path, settings: dict) -> list[str]:
     """The shot settings that differ from the folder's settings file (none: no file)."""
-    path = out / SETTINGS_FILE
-    if not path.exists():
+    if not (out / SETTINGS_FILE).exists():
         return []
-    try:
-        old = read_json(path, "restyle settings")
-    except ValueError as e:
-        raise ShotError(str(e)) from None
+    old = _stamp(out)
     # the frame names too: two runs naming frames otherwise must not share the folder
     return [k for k in (*SHOT_KEYS, PATTERN_KEY) if old.get(k) != settings.get(k)]
 

@@ -40,7 +40,7 @@ from .restyle import (
     wire_passes,
     write_result,
 )
-from .restyle_output import RESTYLED, check_model, check_settings, frame_done, refs_key
+from .restyle_output import RESTYLED, check_model, check_settings, frame_done, shot_settings
 from .restyle_panel import CLASSES as PANEL_CLASSES
 from .restyle_panel import ActiveRun
 from .restyle_settings import (
@@ -133,10 +133,8 @@ class PS_OT_restyle(bpy.types.Operator):
             args["options"] = pipeline_options(scene, args["pipeline"], shot_options(
                 scene, self._out, s.width, s.height, args.get("options")))
             refs = reference_images(s)
-            key = refs_key(refs)
-            self._run_lock = check_settings(self._out, {**args, "width": s.width,
-                                                        "height": s.height,
-                                                        **({"refs": key} if key else {})})
+            self._run_lock = check_settings(self._out, shot_settings(
+                width=s.width, height=s.height, refs=refs, **args))
             todo = [f for f in self._frames if not frame_done(self._out, f)]
             self._done, self._frame_now = len(self._frames) - len(todo), scene.frame_current
             if not todo:
