@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .addon.core.atomic import check_writable, write_json_atomic
 from .addon.core.paths import check_distinct, removed_if_left_empty
-from .wire.options import RefWeightsError, cli_ref_weights, merged_ref_weights
+from .wire.options import RefWeightsError
+from .wire.options import ref_weights as check_ref_weights
 
 EXIT_BAD_INPUT = 2
 
@@ -349,6 +352,39 @@ def cmd_restyle(args: argparse.Namespace) -> int:
     print(f"restyle: {done}/{summary['frames']} frames done ({summary['written']} written "
           f"now, {summary['dropped']} dropped) in {summary['out']}")
     return 130 if stop["asked"] else 0
+
+
+def cli_ref_weights(given: Sequence[str] | None, n_refs: int) -> list[float] | None:
+    """``--ref-weight W`` (repeatable, in ``--ref`` order) as ``ref_weights``; None when
+    none is given. Raises :class:`RefWeightsError` for a count that differs from the
+    ``--ref`` count or a value that is not a non-negative number."""
+    if not given:
+        return None
+    if len(given) != n_refs:
+        raise RefWeightsError(f"{len(given)} --ref-weight for {n_refs} --ref: give one "
+                              "--ref-weight per --ref, in the same order (or none)")
+    values: list[Any] = []
+    for w in given:
+        try:
+            values.append(float(w))
+        except ValueError:
+            raise RefWeightsError(f"--ref-weight {w!r} is not a number: write e.g. "
+                                  "--ref-weight 0.5") from None
+    try:
+        return check_ref_weights(values, n_refs)
+    except RefWeightsError as e:
+        raise RefWeightsError(f"--ref-weight: {e}") from None
+
+
+def merged_ref_weights(first: Sequence[float] | None, n_first: int,
+                       second: Sequence[float] | None, n_second: int) -> list[float] | None:
+    """The weights of two reference lists sent one after the other (a shot's saved
+    references, then the command line's): each list's own, 1.0 each where it has none;
+    None when neither has weights."""
+    if first is None and second is None:
+        return None
+    return [*(first if first is not None else [1.0] * n_first),
+            *(second if second is not None else [1.0] * n_second)]
 
 
 #: ``restyle``'s values where neither the command line nor (``--from-scene``) the shot set one.

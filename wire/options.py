@@ -22,7 +22,6 @@ the CLI and the backend's OPEN check refuse the same lists (:class:`RefWeightsEr
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any
 
 from .limits import MAX_ARRAYS
@@ -105,39 +104,6 @@ def ref_weights_problem(options: dict[str, Any], n_refs: int) -> str | None:
     return None
 
 
-def cli_ref_weights(given: Sequence[str] | None, n_refs: int) -> list[float] | None:
-    """``--ref-weight W`` (repeatable, in ``--ref`` order) as ``ref_weights``; None when
-    none is given. Raises :class:`RefWeightsError` for a count that differs from the
-    ``--ref`` count or a value that is not a non-negative number."""
-    if not given:
-        return None
-    if len(given) != n_refs:
-        raise RefWeightsError(f"{len(given)} --ref-weight for {n_refs} --ref: give one "
-                              "--ref-weight per --ref, in the same order (or none)")
-    values: list[Any] = []
-    for w in given:
-        try:
-            values.append(float(w))
-        except ValueError:
-            raise RefWeightsError(f"--ref-weight {w!r} is not a number: write e.g. "
-                                  "--ref-weight 0.5") from None
-    try:
-        return ref_weights(values, n_refs)
-    except RefWeightsError as e:
-        raise RefWeightsError(f"--ref-weight: {e}") from None
-
-
-def merged_ref_weights(first: Sequence[float] | None, n_first: int,
-                       second: Sequence[float] | None, n_second: int) -> list[float] | None:
-    """The weights of two reference lists sent one after the other (a shot's saved
-    references, then the command line's): each list's own, 1.0 each where it has none;
-    None when neither has weights."""
-    if first is None and second is None:
-        return None
-    return [*(first if first is not None else [1.0] * n_first),
-            *(second if second is not None else [1.0] * n_second)]
-
-
 __all__ = ["CROSS_FRAME_MODES", "CROSS_FRAME_OFF", "MAX_REFS", "CrossFrameError",
-           "RefWeightsError", "cli_ref_weights", "cross_frame_mode", "merged_ref_weights",
-           "normalized_ref_weights", "ref_weights", "ref_weights_problem"]
+           "RefWeightsError", "cross_frame_mode", "normalized_ref_weights", "ref_weights",
+           "ref_weights_problem"]

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..diffusion.options import LOAD_KEYS, XL_LOAD_KEYS, option_problems
+from .base import files_identity
 
 # A local model folder with more files than this is identified by its first ones only.
 MAX_FILES = 10_000
@@ -106,8 +107,6 @@ def registry_identity(entry: Any) -> str:
     option; local sources by their content, not their path) plus, for hub ids, the
     cached revision (call it after the load: a first load downloads it). The same on
     every machine that holds the same weights."""
-    from .base import files_identity
-
     text = repr(entry)
     parts = []
     for src in _sources(entry):

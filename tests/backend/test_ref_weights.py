@@ -6,11 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from painted_skin.backend.diffusion.options import option_problems
+from painted_skin.cli_commands import cli_ref_weights, merged_ref_weights
 from painted_skin.wire.options import (
     MAX_REFS,
     RefWeightsError,
-    cli_ref_weights,
-    merged_ref_weights,
     normalized_ref_weights,
     ref_weights_problem,
 )
