@@ -14,6 +14,10 @@ fraction of character height) says how far apart the two poses are, and each
 method's segment directions are measured against the source's own kinematics
 (one best-fit rotation for the whole clip): limbs, torso (hips -> neck) and neck
 (neck -> head).
+
+It also times the clip's read — the project's BVH reader against Blender's importer,
+which it replaces — and the panel's retarget of the clip: how long Blender's main thread
+is held at a time (the longest timer tick), against the read alone as one blocking stage.
 """
 
 from __future__ import annotations
@@ -26,9 +30,10 @@ import bpy
 import numpy as np
 from mathutils import Matrix
 
-from ..addon.blender.armature_io import read_skeleton
+from ..addon.blender.armature_io import read_motion, read_skeleton
 from ..addon.blender.importers import imported_clip
-from ..addon.blender.retarget_api import retarget_clip
+from ..addon.blender.retarget_api import read_bvh_source, retarget_clip
+from ..addon.blender.retarget_modal import RetargetJob
 from ..addon.blender.session import reset_scene
 from ..addon.core.bonemap import auto_map
 from ..addon.core.reference_pose import reference_frames
@@ -135,6 +140,39 @@ def _peers_setup(src: bpy.types.Object, tgt: bpy.types.Object) -> None:
             loc.target, loc.subtarget = src, sb
 
 
+def read_times(clip: Path) -> tuple[float, float]:
+    """Seconds to read ``clip`` into a skeleton and motion: (this reader, Blender's
+    importer), the better of two runs each."""
+    def parser() -> None:
+        read_bvh_source(clip)
+
+    def importer() -> None:
+        with imported_clip(clip) as (arm, _):
+            read_motion(arm, read_skeleton(arm))
+
+    best = []
+    for read in (parser, importer):
+        runs = []
+        for _ in range(2):
+            t0 = time.perf_counter()
+            read()
+            runs.append(time.perf_counter() - t0)
+        best.append(min(runs))
+    return best[0], best[1]
+
+
+def panel_ticks(clip: Path, target: bpy.types.Object) -> list[float]:
+    """Seconds each timer tick of the panel's retarget holds the main thread."""
+    job = RetargetJob(str(clip), target, action_name="panel", set_scene=False)
+    ticks = []
+    while True:
+        t0 = time.perf_counter()
+        ended = job.step()
+        ticks.append(time.perf_counter() - t0)
+        if ended:
+            return ticks
+
+
 def main(frames: int = 2400) -> int:
     """Run both methods, print frames/s, the ratio and the max difference."""
     reset_scene()
@@ -170,6 +208,8 @@ def main(frames: int = 2400) -> int:
             bpy.ops.object.mode_set(mode="OBJECT")
             t_peers = time.perf_counter() - t0
             theirs = _joint_positions(tgt, sample)
+        t_parser, t_importer = read_times(clip)
+        ticks = panel_ticks(clip, tgt)
     height = read_skeleton(tgt).height()
     diff = float(np.abs(ours - theirs).max() / height)
     fps_engine, fps_peers = frames / t_engine, frames / t_peers
@@ -187,8 +227,13 @@ def main(frames: int = 2400) -> int:
         cells = "   ".join(f"{m} {errors[m][seg].mean():5.2f} / "
                            f"{np.percentile(errors[m][seg], 95):5.2f}" for m in errors)
         print(f"  {seg:<11} {cells}")
+    print(f"read: this reader {t_parser:.3f} s, Blender's importer {t_importer:.3f} s "
+          f"({t_importer / t_parser:.1f}x)")
+    print(f"panel retarget: {len(ticks)} ticks, the longest holds Blender for "
+          f"{max(ticks):.3f} s (the importer's read alone, one stage: {t_importer:.3f} s)")
     mean = {k: float(v.mean()) for k, v in errors["engine"].items()}
-    print(f"retarget speedup: {ratio:.1f}x max_diff: {diff:.2e} "
+    print(f"retarget speedup: {ratio:.1f}x read_speedup: {t_importer / t_parser:.1f}x "
+          f"longest_tick_s: {max(ticks):.3f} max_diff: {diff:.2e} "
           f"torso_deg: {mean.get('torso', float('nan')):.2f} "
           f"neck_deg: {mean.get('neck', float('nan')):.2f}")
     return 0

@@ -8,6 +8,8 @@ fills each F-Curve with ``keyframe_points.add`` + ``foreach_set``.
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Generator
 
 import bpy
 import numpy as np
@@ -179,6 +181,22 @@ def write_action(obj: bpy.types.Object, skel: Skeleton, basis_rot: np.ndarray,
     where a bone actually translates and is not connected to its parent.
     The action is assigned to ``obj``; on any error it is removed again.
     """
+    steps = write_action_steps(obj, skel, basis_rot, basis_loc, keyed, frame_start, name)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+
+
+def write_action_steps(obj: bpy.types.Object, skel: Skeleton, basis_rot: np.ndarray,
+                       basis_loc: np.ndarray, keyed: np.ndarray, frame_start: int,
+                       name: str, slice_s: float = 0.02
+                       ) -> Generator[float, None, bpy.types.Action]:
+    """:func:`write_action` in slices for a caller with an event loop: yields the
+    fraction of bones written each time ``slice_s`` seconds have gone by, and returns the
+    action. The action is assigned only at the end; closing the generator before that
+    (the panel's Cancel) removes the unfinished one, so nothing half-baked is left."""
     frames = basis_rot.shape[0]
     xs = np.arange(frame_start, frame_start + frames, dtype=np.float64)
     action = bpy.data.actions.new(name)
@@ -188,7 +206,12 @@ def write_action(obj: bpy.types.Object, skel: Skeleton, basis_rot: np.ndarray,
         cb = anim_utils.action_ensure_channelbag_for_slot(action, slot)
         # Bone by bone: the solver stores each bone's track contiguously
         # (bone-major), so a bone's conversion works on one small block in cache.
-        for i in np.flatnonzero(keyed):
+        bones = np.flatnonzero(keyed)
+        last = time.perf_counter()
+        for done, i in enumerate(bones):
+            if time.perf_counter() - last > slice_s:
+                yield done / len(bones)
+                last = time.perf_counter()
             bname = skel.names[i]
             pb = obj.pose.bones[bname]
             path = f'pose.bones["{_escape(bname)}"]'
@@ -211,7 +234,7 @@ def write_action(obj: bpy.types.Object, skel: Skeleton, basis_rot: np.ndarray,
         ad = obj.animation_data or obj.animation_data_create()
         ad.action = action
         ad.action_slot = slot
-    except Exception:
+    except BaseException:  # an error, or the generator closed (cancelled) mid-bake
         bpy.data.actions.remove(action)
         raise
     return action

@@ -79,7 +79,7 @@ def _fbx_light_workaround() -> Iterator[None]:
         del import_fbx.hasattr
 
 
-def _check_file(path: Path, allowed: set[str], what: str) -> Path:
+def check_file(path: Path, allowed: set[str], what: str) -> Path:
     path = Path(path)
     if not path.exists():
         raise ImportFailed(f"{what} {str(path)!r} does not exist: check the path")
@@ -216,7 +216,7 @@ def _pick_armature(objects: list, what: str, path: Path) -> bpy.types.Object:
 
 def import_character(path: str | Path) -> bpy.types.Object:
     """Import a rigged character; returns its armature (meshes stay parented)."""
-    path = _check_file(Path(path), CHARACTER_TYPES, "character")
+    path = check_file(Path(path), CHARACTER_TYPES, "character")
     snap = SceneSnapshot()
     try:
         _run_importer(path)
@@ -233,7 +233,7 @@ def import_character(path: str | Path) -> bpy.types.Object:
 def imported_clip(path: str | Path) -> Iterator[tuple[bpy.types.Object, list]]:
     """Import a motion clip, yield (its animated armature, the actions the import
     made), then remove every datablock the import created (read inside)."""
-    path = _check_file(Path(path), CLIP_TYPES, "clip")
+    path = check_file(Path(path), CLIP_TYPES, "clip")
     snap = SceneSnapshot()
     # The FBX importer sets the scene's frame rate to the file's: keep it while the
     # motion is read (read_motion samples at the scene rate), then put it back.

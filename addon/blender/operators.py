@@ -200,7 +200,7 @@ class PS_OT_retarget(bpy.types.Operator):
             self._timer = None
 
     def cancel(self, context):
-        # Blender ends the modal (a file is opened, Blender quits): stop before the bake.
+        # Blender ends the modal (a file is opened, Blender quits): stop where it is.
         self._running.cancel()
         self._remove_timer(context)
 
@@ -228,7 +228,7 @@ class PS_OT_retarget(bpy.types.Operator):
 
 
 class PS_OT_cancel_retarget(bpy.types.Operator):
-    """Stop the running retarget before it bakes: the character keeps its previous Action"""
+    """Stop the running retarget: the character keeps its previous Action"""
 
     bl_idname = "painted_skin.cancel_retarget"
     bl_label = "Cancel"

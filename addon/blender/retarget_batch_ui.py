@@ -23,8 +23,8 @@ CLIP_GLOB = ";".join(f"*{ext}" for ext in sorted(CLIP_TYPES))  # the file browse
 
 class PS_OT_retarget_batch(bpy.types.Operator):
     """Retarget several clip files onto the character, each its own Action named after
-    its file (in the panel it runs in the background: Esc or Cancel stops before the
-    running clip bakes; the finished clips stay). A clip that fails is named in the
+    its file (in the panel it runs in the background: Esc or Cancel stops the running
+    clip, which leaves nothing; the finished clips stay). A clip that fails is named in the
     report and the batch goes on with the others"""
 
     bl_idname = "painted_skin.retarget_batch"

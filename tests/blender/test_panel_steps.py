@@ -89,7 +89,9 @@ def test_retarget_runs_in_slices_and_touches_the_scene_only_in_the_last(characte
         seen.append(job.progress_text)
         if job.done < STAGES:  # nothing baked or left imported between the slices
             assert _scene_state(bpy) == before and character.animation_data.action.name == "Idle"
-    assert seen == ["0/4 reading clip", "1/4 mapping bones", "2/4 solving", "3/4 baking action"]
+    # A stage on the worker thread shows again on each tick until it ends.
+    assert list(dict.fromkeys(seen)) == ["0/4 reading clip", "1/4 mapping bones",
+                                         "2/4 solving", "3/4 baking action"]
     assert job.report is not None and job.progress_text == "4/4 done"
     assert character.animation_data.action.name == job.report.action == "walk"
     assert job.report.frames == 12
@@ -106,6 +108,30 @@ def test_cancelling_between_slices_keeps_the_previous_action(character, addon, s
     assert job.step() and job.report is None and job.cancelled
     assert character.animation_data.action.name == "Idle"
     assert _scene_state(bpy) == before  # no half-written Action, no imported clip left
+
+
+def test_cancelling_in_the_middle_of_the_bake_removes_the_unfinished_action(
+        character, addon, monkeypatch):
+    import functools
+
+    from painted_skin.addon.blender import armature_io, retarget_api
+
+    bpy = addon
+    before = _scene_state(bpy)
+    # A slice per bone, so a 12-frame clip's bake is cut like a long take's.
+    monkeypatch.setattr(retarget_api, "write_action_steps",
+                        functools.partial(armature_io.write_action_steps, slice_s=0.0))
+    job = _job(character, bpy)
+    baking = 0
+    while baking < 3:
+        assert not job.step()
+        baking += job.message == "baking action"
+    assert "walk" in {a.name for a in bpy.data.actions}  # written in part, not assigned
+    assert character.animation_data.action.name == "Idle"
+    job.cancel()
+    assert job.step() and job.cancelled and job.report is None
+    assert character.animation_data.action.name == "Idle"
+    assert _scene_state(bpy) == before
 
 
 def test_the_cancel_button_stops_the_running_retarget(character, addon):
