@@ -102,7 +102,52 @@ def running_job() -> RetargetJob | None:
     return job if job is not None and not job.finished else None
 
 
-class PS_OT_retarget(bpy.types.Operator):
+class SteppedJobModal:
+    """The timer loop of the panel's retarget operators (one clip, a batch): each tick
+    runs one slice of the job (``step()``), Esc or the Cancel button asks it to stop,
+    and when it has ended the operator's ``_ended`` reports. A mixin for an Operator
+    whose job is in ``RUNNING`` while it runs (the panel's progress and Cancel)."""
+
+    _stopped = "retarget stopped"  # how an unexpected error is reported
+
+    def _run_modal(self, context, job) -> set[str]:
+        self._running = RUNNING["job"] = job
+        wm = context.window_manager
+        self._timer = wm.event_timer_add(0.02, window=context.window)
+        wm.modal_handler_add(self)
+        return {"RUNNING_MODAL"}
+
+    def modal(self, context, event):
+        job = self._running
+        if event.type == "ESC" and event.value == "PRESS":
+            job.cancel_requested = True
+        elif event.type != "TIMER":
+            return {"PASS_THROUGH"}
+        try:
+            ended = job.step()
+        except Exception as e:  # also the scene changed under it (an object deleted, undo)
+            job.cancel()
+            self.report({"ERROR"}, str(e) if isinstance(e, RetargetError)
+                        else f"{self._stopped}: {type(e).__name__}: {e}")
+            ended = True
+        _redraw_sidebars(context)
+        if not ended:
+            return {"RUNNING_MODAL"}
+        self._remove_timer(context)
+        return self._ended(context)
+
+    def _remove_timer(self, context) -> None:
+        if getattr(self, "_timer", None) is not None:
+            context.window_manager.event_timer_remove(self._timer)
+            self._timer = None
+
+    def cancel(self, context):
+        # Blender ends the modal (a file is opened, Blender quits): stop where it is.
+        self._running.cancel()
+        self._remove_timer(context)
+
+
+class PS_OT_retarget(SteppedJobModal, bpy.types.Operator):
     """Retarget the clip onto the character and bake an Action (one undo step; in the
     panel it runs in the background: Esc or Cancel stops it and keeps the previous Action)"""
 
@@ -165,44 +210,16 @@ class PS_OT_retarget(bpy.types.Operator):
     def invoke(self, context, event):
         if context.window is None:
             return self.execute(context)
-        self._running = RUNNING["job"] = self._job(context)
-        wm = context.window_manager
-        self._timer = wm.event_timer_add(0.02, window=context.window)
-        wm.modal_handler_add(self)
-        return {"RUNNING_MODAL"}
+        return self._run_modal(context, self._job(context))
 
-    def modal(self, context, event):
+    def _ended(self, context) -> set[str]:
         job = self._running
-        if event.type == "ESC" and event.value == "PRESS":
-            job.cancel_requested = True
-        elif event.type != "TIMER":
-            return {"PASS_THROUGH"}
-        try:
-            ended = job.step()
-        except Exception as e:  # also the scene changed under it (an object deleted, undo)
-            self.report({"ERROR"}, str(e) if isinstance(e, RetargetError)
-                        else f"retarget stopped: {type(e).__name__}: {e}")
-            ended = True
-        _redraw_sidebars(context)
-        if not ended:
-            return {"RUNNING_MODAL"}
-        self._remove_timer(context)
         if job.report is None:
             if job.cancel_requested:
                 _settings(context).last_report = "retarget cancelled: the previous action is kept"
                 self.report({"WARNING"}, _settings(context).last_report)
             return {"CANCELLED"}
         return self._finish(context, job.report)
-
-    def _remove_timer(self, context) -> None:
-        if getattr(self, "_timer", None) is not None:
-            context.window_manager.event_timer_remove(self._timer)
-            self._timer = None
-
-    def cancel(self, context):
-        # Blender ends the modal (a file is opened, Blender quits): stop where it is.
-        self._running.cancel()
-        self._remove_timer(context)
 
     def _finish(self, context, report):
         s, scene, previous = _settings(context), context.scene, self._previous

@@ -9,8 +9,7 @@ import bpy
 
 from .importers import CLIP_TYPES
 from .operators import (
-    RUNNING,
-    _redraw_sidebars,
+    SteppedJobModal,
     _settings,
     _target_poll,
     panel_retarget_args,
@@ -21,7 +20,7 @@ from .retarget_modal import BatchRetargetJob
 CLIP_GLOB = ";".join(f"*{ext}" for ext in sorted(CLIP_TYPES))  # the file browser's filter
 
 
-class PS_OT_retarget_batch(bpy.types.Operator):
+class PS_OT_retarget_batch(SteppedJobModal, bpy.types.Operator):
     """Retarget several clip files onto the character, each its own Action named after
     its file (in the panel it runs in the background: Esc or Cancel stops the running
     clip, which leaves nothing; the finished clips stay). A clip that fails is named in the
@@ -30,6 +29,7 @@ class PS_OT_retarget_batch(bpy.types.Operator):
     bl_idname = "painted_skin.retarget_batch"
     bl_label = "Retarget Several Clips"
     bl_options = {"REGISTER", "UNDO"}
+    _stopped = "batch retarget stopped"
 
     files: bpy.props.CollectionProperty(type=bpy.types.OperatorFileListElement,
                                         options={"HIDDEN", "SKIP_SAVE"})
@@ -71,43 +71,14 @@ class PS_OT_retarget_batch(bpy.types.Operator):
         except ValueError as e:
             self.report({"ERROR"}, str(e))
             return {"CANCELLED"}
-        self._running = job
         if context.window is None or not self.in_background:  # scripts, tests: blocking
+            self._running = job
             job.run()
             return self._finish(context)
-        RUNNING["job"] = job
-        wm = context.window_manager
-        self._timer = wm.event_timer_add(0.02, window=context.window)
-        wm.modal_handler_add(self)
-        return {"RUNNING_MODAL"}
+        return self._run_modal(context, job)
 
-    def modal(self, context, event):
-        job = self._running
-        if event.type == "ESC" and event.value == "PRESS":
-            job.cancel_requested = True
-        elif event.type != "TIMER":
-            return {"PASS_THROUGH"}
-        try:
-            ended = job.step()
-        except Exception as e:  # the scene changed under it (an object deleted, undo)
-            job.cancel()
-            self.report({"ERROR"}, f"batch retarget stopped: {type(e).__name__}: {e}")
-            ended = True
-        _redraw_sidebars(context)
-        if not ended:
-            return {"RUNNING_MODAL"}
-        self._remove_timer(context)
+    def _ended(self, context) -> set[str]:
         return self._finish(context)
-
-    def _remove_timer(self, context) -> None:
-        if getattr(self, "_timer", None) is not None:
-            context.window_manager.event_timer_remove(self._timer)
-            self._timer = None
-
-    def cancel(self, context):
-        # Blender ends the modal (a file is opened, Blender quits): stop before a bake.
-        self._running.cancel()
-        self._remove_timer(context)
 
     def _finish(self, context) -> set[str]:
         job, scene = self._running, context.scene
