@@ -126,6 +126,18 @@ def registry_identity(entry: Any) -> str:
     return "blake2b:" + h.hexdigest()
 
 
+def xl_identity(name: str, union: bool | None) -> str:
+    """``model_id`` of SDXL registry model ``name`` as :func:`load_xl_components` loads
+    it: its entry plus the union ControlNet and its modes, which live beside the entry
+    in the registry's table (none when ``union`` is False: the separate nets are used)."""
+    from ..diffusion.sdxl_pipeline import xl_entry
+
+    entry, union_source, modes = xl_entry(name)
+    if union is False:
+        union_source = None
+    return registry_identity((entry, union_source, modes))
+
+
 def _tiny_identity(options: dict[str, Any], kind: str) -> str:
     """Random tiny components are fixed by their seed and counts: a constant of those."""
     return (f"tiny-{kind}:seed={int(options.get('tiny_seed', 0))},"
@@ -212,12 +224,10 @@ def sdxl_controlnet(options: dict[str, Any], device: str) -> Any:
                                    int(options.get("tiny_controlnets", 3)))
         model_id = _tiny_identity(options, "sdxl")
     else:
-        from ..diffusion.components import load_registry
-
         name = str(options.get("model", "sdxl"))
-        entry = load_registry(None).get(name)
-        comps = load_xl_components(name, tdtype, None if union is None else bool(union))
-        model_id = registry_identity(entry) if entry is not None else f"sdxl:{name}"
+        union = None if union is None else bool(union)
+        comps = load_xl_components(name, tdtype, union)
+        model_id = xl_identity(name, union)
     if options.get("engine", "torch") == "onnx":
         from ..diffusion.onnx.xl import OnnxRestyleXLPipeline
 

@@ -199,3 +199,30 @@ def test_a_large_weight_file_is_told_by_samples_of_its_bytes(tmp_path, monkeypat
     data[len(data) // 2] ^= 1  # inside the middle sample
     big.write_bytes(bytes(data))
     assert base.files_identity([big]) != first
+
+
+def test_an_sdxl_model_id_follows_its_union_controlnet(tmp_path, monkeypatch):
+    """The union ControlNet and its modes sit beside an SDXL entry in the registry: a
+    new union net, or other modes, is another model; asked for the separate nets, the
+    union does not count."""
+    from painted_skin.backend.pipelines.diffusion import xl_identity
+
+    base, union = tmp_path / "xl", tmp_path / "union"
+    for folder in (base / "unet", union):
+        folder.mkdir(parents=True)
+        (folder / "diffusion_pytorch_model.safetensors").write_bytes(b"\0" * 64)
+    registry = tmp_path / "models.toml"
+
+    def write(modes: str) -> None:
+        registry.write_text(f'[models.xl]\nbase = "{base}"\nlocal_files_only = true\n'
+                            f'controlnet_union = "{union}"\nunion_modes = {{ {modes} }}\n')
+
+    monkeypatch.setenv("PAINTED_SKIN_MODELS", str(registry))
+    write("depth = 1, normal = 4")
+    first, separate = xl_identity("xl", None), xl_identity("xl", False)
+    (union / "diffusion_pytorch_model.safetensors").write_bytes(b"\1" * 64)
+    second = xl_identity("xl", None)
+    assert second != first and xl_identity("xl", True) == second
+    assert xl_identity("xl", False) == separate
+    write("depth = 1, normal = 5")
+    assert xl_identity("xl", None) != second
