@@ -124,7 +124,7 @@ def load_source(source: str | Path | bpy.types.Object,
         skel = read_skeleton(source)
         return SourceMotion(source.name, skel, read_motion(source, skel))
     path = Path(source)
-    if path.suffix.lower() == ".bvh":
+    if _pure_read(source, clip_action):
         src = read_bvh_source(path)
         if src is not None:
             return src
@@ -179,9 +179,11 @@ def _timed(work: Callable[[], object], clock: dict[str, float], key: str
     return run
 
 
-def _pure_read(source: object) -> bool:
-    """Whether :func:`load_source` reads ``source`` without ``bpy`` (off the main thread)."""
-    return isinstance(source, str | Path) and Path(source).suffix.lower() == ".bvh"
+def _pure_read(source: object, clip_action: str | None) -> bool:
+    """Whether :func:`load_source` reads ``source`` without ``bpy`` (so off the main
+    thread): a BVH file, unless an animation is named (the importer's name checks it)."""
+    return (isinstance(source, str | Path) and Path(source).suffix.lower() == ".bvh"
+            and not clip_action)
 
 
 def _stage(work: Callable[[], object], fraction: float, message: str, background: bool
@@ -365,8 +367,12 @@ def retarget_steps(
     # Stage timings exclude the pauses at each yield (a modal caller's timer ticks).
     yield 0.05, "reading clip"
     clock: dict[str, float] = {}
-    src = yield from _stage(_timed(lambda: load_source(source, clip_action), clock, "read"),
-                            0.05, "reading clip", background and _pure_read(source))
+    src = None
+    if _pure_read(source, clip_action):  # no bpy: on the worker thread in the panel
+        src = yield from _stage(_timed(lambda: read_bvh_source(source), clock, "read"),
+                                0.05, "reading clip", background)
+    if src is None:  # Blender's importers, or an armature: on this thread
+        src = _timed(lambda: load_source(source, clip_action), clock, "read")()
     if src.motion.frames < 1:
         raise RetargetError(f"clip {src.name!r} has no frames")
     yield 0.3, "mapping bones"

@@ -156,14 +156,14 @@ def gated_read(monkeypatch):
     from painted_skin.addon.blender import retarget_api
 
     gate, ran_on = threading.Event(), []
-    real = retarget_api.load_source
+    real = retarget_api.read_bvh_source
 
     def held(*args, **kwargs):
         ran_on.append(threading.current_thread())
         assert gate.wait(30)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(retarget_api, "load_source", held)
+    monkeypatch.setattr(retarget_api, "read_bvh_source", held)
     yield gate, ran_on
     gate.set()
 
@@ -207,3 +207,28 @@ def test_names_blender_would_shorten_go_through_its_importer(bpy_clean, tmp_path
     assert read_bvh_source(path) is None
     src = load_source(path)
     assert name not in src.skeleton.names and src.motion.frames == 3
+
+
+def test_the_panel_runs_blenders_importer_on_blenders_thread(bpy_clean, tmp_path,
+                                                             monkeypatch):
+    """A clip the parser hands back (its names too long) is imported on the main thread,
+    even in the panel, where a BVH file's read is otherwise on a worker."""
+    from painted_skin.addon.blender import retarget_api
+    from painted_skin.addon.blender.retarget_api import RetargetError
+    from painted_skin.addon.blender.retarget_modal import RetargetJob
+    from painted_skin.rigs.character import build_demo_character
+
+    path = tmp_path / "long.bvh"
+    path.write_text(EDGES.replace("Neck", "n" * 70) + "0 " * 27 + "\n" + "1 " * 27 + "\n"
+                    + "2 " * 27 + "\n")
+    ran_on, real = [], retarget_api.imported_clip
+
+    def recorded(*args):
+        ran_on.append(threading.current_thread())
+        return real(*args)
+
+    monkeypatch.setattr(retarget_api, "imported_clip", recorded)
+    job = RetargetJob(str(path), build_demo_character())
+    with pytest.raises(RetargetError, match="hips|map"):  # not a humanoid: read, then refused
+        job.run()
+    assert ran_on == [threading.main_thread()]
