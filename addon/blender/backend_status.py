@@ -21,8 +21,16 @@ TICK_S = 0.5  # how often the timer looks (cheap); pings go out every PollGate.i
 PING_TIMEOUT_S = 1.0
 
 # The status line the panel shows: the last ping, or what an operator is doing
-# (``busy``: a local backend starting; pings do not overwrite its line meanwhile).
-LINE: dict = {"text": "not connected", "ok": False, "log_tail": "", "busy": False}
+# (``busy``: a local backend starting; pings do not overwrite its line meanwhile;
+# ``held``: a failure the animator must read; only a backend that answers replaces it).
+LINE: dict = {"text": "not connected", "ok": False, "log_tail": "", "busy": False,
+              "held": False}
+
+
+def show_failure(text: str, details: str) -> None:
+    """Put ``text`` (and ``details`` below it) on the status line until a backend answers:
+    the next failed ping two seconds later would otherwise replace the reason."""
+    LINE.update(text=text, ok=False, busy=False, held=True, log_tail=details)
 
 
 class LiveStatus:
@@ -38,8 +46,10 @@ class LiveStatus:
     def record(self, status: BackendStatus) -> None:
         with self._lock:
             self.status, self.changed = status, True
-            if not LINE["busy"]:
+            if not LINE["busy"] and (status.ok or not LINE["held"]):
                 LINE.update(text=status.line(), ok=status.ok)
+                if status.ok:
+                    LINE.update(held=False, log_tail="")
 
     def start(self, url: str, keys: str | None, timeout_s: float) -> threading.Thread | None:
         """Ping ``url`` in a thread unless one is in flight or the last was too recent."""

@@ -24,9 +24,14 @@ from ..core.atomic import output_target, replace_atomic, temp_file_for
 _OIIO: ModuleType | None = None
 
 
+class MissingOpenImageIO(OSError):
+    """This Blender has no OpenImageIO Python module (the message says how to get one)."""
+
+
 def oiio() -> ModuleType:
     """The bundled ``OpenImageIO`` module (imported once; adds bpy's site-packages to the
-    end of ``sys.path`` only if it is not there yet)."""
+    end of ``sys.path`` only if it is not there yet). blender.org builds and the bpy
+    module bundle it; a Linux distribution's Blender may not: one clear error then."""
     global _OIIO
     if _OIIO is None:
         try:
@@ -34,11 +39,18 @@ def oiio() -> ModuleType:
         except ImportError:
             import bpy
 
-            site = os.path.join(bpy.utils.resource_path("LOCAL"),
-                                "python", "lib", "python3.11", "site-packages")
+            version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+            site = os.path.join(bpy.utils.resource_path("LOCAL"), "python", "lib", version,
+                                "site-packages")
             if site not in sys.path:
                 sys.path.append(site)
-            import OpenImageIO
+            try:
+                import OpenImageIO
+            except ImportError:
+                raise MissingOpenImageIO(
+                    "this Blender has no OpenImageIO Python module, which the passes are "
+                    "written with: use a blender.org build (it bundles one), or install "
+                    "your distribution's (Debian/Ubuntu: python3-openimageio)") from None
         _OIIO = OpenImageIO
     return _OIIO
 

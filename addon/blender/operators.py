@@ -142,8 +142,11 @@ class SteppedJobModal:
             self._timer = None
 
     def cancel(self, context):
-        # Blender ends the modal (a file is opened, Blender quits): stop where it is.
-        self._running.cancel()
+        # Blender ends the modal (a file is opened, Blender quits) — or, for the batch,
+        # its file browser was cancelled before any job began: stop where it is.
+        job = getattr(self, "_running", None)
+        if job is not None:
+            job.cancel()
         self._remove_timer(context)
 
 

@@ -17,7 +17,7 @@ import bpy
 from bpy.props import FloatProperty, IntProperty, StringProperty
 
 from ..core.backend_status import BackendStatus, parse_status
-from .backend_status import LINE, LIVE, ensure_timer, stop_timer
+from .backend_status import LINE, LIVE, ensure_timer, show_failure, stop_timer
 from .classes import register_classes, unregister_classes
 from .client import BackendClient, BackendError, BackendUnavailable, Result
 from .local_backend import (
@@ -306,9 +306,9 @@ class PS_OT_backend_start(bpy.types.Operator):
         return backend_python(p.python if p is not None else "")
 
     def _failed(self, e: BackendError):
-        _STATUS.update(text="local backend failed to start", ok=False, busy=False,
-                       log_tail=_log_lines(e.message if e.code == "exited"
-                                           else LOCAL.log_tail()))
+        # The backend's own log when it ran and hung; else why it could not run at all.
+        show_failure("local backend failed to start",
+                     _log_lines(LOCAL.log_tail() if e.code == "timeout" else e.message))
         self.report({"ERROR"}, str(e))
         return {"CANCELLED"}
 
@@ -318,7 +318,7 @@ class PS_OT_backend_start(bpy.types.Operator):
             start_local_backend(self._python(context), backend_url(context), self.timeout)
         except BackendError as e:
             return self._failed(e)
-        _STATUS.update(log_tail="", busy=False)
+        _STATUS.update(log_tail="", busy=False, held=False)
         return bpy.ops.painted_skin.backend_connect()
 
     def invoke(self, context, event):
@@ -332,7 +332,8 @@ class PS_OT_backend_start(bpy.types.Operator):
             return self._failed(e)
         self._client = BackendClient(url, timeout_s=1.0)
         self._t0 = time.monotonic()
-        _STATUS.update(text="starting local backend…", ok=False, log_tail="", busy=True)
+        _STATUS.update(text="starting local backend…", ok=False, log_tail="", busy=True,
+                       held=False)
         wm = context.window_manager
         self._timer = wm.event_timer_add(0.25, window=context.window)
         wm.modal_handler_add(self)

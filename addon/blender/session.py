@@ -15,8 +15,12 @@ from .retarget_api import RetargetError, RetargetReport, retarget_clip
 
 
 def reset_scene() -> None:
-    """An empty factory scene (no user preferences, no startup file)."""
-    bpy.ops.wm.read_factory_settings(use_empty=True)
+    """An empty factory scene (Blender's own startup file, not the user's).
+
+    Not ``read_factory_settings``: it also resets the preferences, which turns every
+    extension off — and Blender then deletes their bundled wheels (pyzmq) from the
+    shared site-packages, so the next backend this Blender starts cannot import zmq."""
+    bpy.ops.wm.read_homefile(use_empty=True, use_factory_startup=True)
 
 
 def stash_action(obj: bpy.types.Object, action: bpy.types.Action | None = None) -> None:

@@ -170,8 +170,13 @@ class TrainingRun:
         if self.proc.stdout is not None and not self._reader.is_alive():
             self.proc.stdout.close()  # (a reader still blocked on it keeps it: daemon)
         last = self.last_line
+        if code not in (0, 130):  # the CLI's own error line, not Blender's closing banner
+            last = next((ln for ln in reversed(self.lines)
+                         if ln.startswith(("painted-skin: error:", "train-skin:"))), last)
         if code == 0:
             self.progress, self.status = 1.0, "trained: " + last
+        elif code == 130 and last.startswith("train-skin: stopped"):  # while rendering
+            self.status = "stopped: the frames rendered so far are kept (Train continues)"
         elif code == 130:
             self.status = "stopped (checkpoint saved: tick Resume and Train again)"
         else:
@@ -182,7 +187,7 @@ class TrainingRun:
         """Ctrl-C: the trainer stops after its current step with a checkpoint."""
         if self.code is None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
-            self.stopping, self.status = True, "stopping: saving a checkpoint…"
+            self.stopping, self.status = True, "stopping after this frame or step…"
 
     def wait(self, timeout_s: float | None = None, tick_s: float = 0.1) -> int:
         """Step until the child ends (headless: no timer); its exit code."""

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,7 @@ DEFAULT_CACHE = Path(os.environ.get("PAINTED_SKIN_CACHE",
 
 
 DEFAULT_MINUTES = 20.0
+TRAINER_MODULE = "painted_skin.backend.skin.train"  # run in the backend's Python
 
 
 @dataclass
@@ -56,7 +58,7 @@ class TrainRequest:
 def trainer_command(req: TrainRequest, python: str, train_dir: Path, held_dir: Path,
                     fingerprint: Path, extra: Path) -> list[str]:
     """The backend trainer's command line for ``req`` over rendered frame folders."""
-    cmd = [python, "-m", "painted_skin.backend.skin.train", "--frames", str(train_dir),
+    cmd = [python, "-m", TRAINER_MODULE, "--frames", str(train_dir),
            "--eval-frames", str(held_dir), "--out", str(req.out), "--fingerprint",
            str(fingerprint), "--report-extra", str(extra), "--device", req.device,
            "--seed", str(req.seed), "--crop", str(min(64 if req.size <= 128 else 128,
@@ -138,11 +140,70 @@ def _check_out(out: Path) -> None:
                              "or an existing model folder")
 
 
+def trainer_env(python: str) -> dict[str, str]:
+    """The trainer's environment, unbuffered (the panel shows its lines as they come).
+    This add-on's folder goes on ``PYTHONPATH`` only for a Python without a
+    ``painted_skin`` of its own: an installed extension carries no ``backend/skin``, so
+    put first it would hide the pip install that has the trainer."""
+    from .local_backend import has_own_package
+
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    # The panel's child Blender may hold this folder on PYTHONPATH already: drop it first.
+    paths = [p for p in env.pop("PYTHONPATH", "").split(os.pathsep)
+             if p and Path(p) != REPO.parent]
+    if REPO.name == "painted_skin" and not has_own_package(python):
+        paths.insert(0, str(REPO.parent))
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
+
+def check_trainer(python: str, env: dict[str, str]) -> None:
+    """Refuse before a frame renders when ``python`` cannot run the trainer (minutes of
+    rendering for nothing, then an import error)."""
+    probe = ("import importlib.util, sys; "
+             f"sys.exit(0 if importlib.util.find_spec({TRAINER_MODULE!r}) else 3)")
+    try:
+        proc = subprocess.run([python, "-c", probe], env=env, capture_output=True,
+                              timeout=120, stdin=subprocess.DEVNULL)
+        ok = proc.returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        ok = False
+    if not ok:
+        raise D.DatasetError(
+            f"the Python that trains ({python}) has no Painted Skin trainer "
+            f"({TRAINER_MODULE}): install painted-skin[backend] into that environment, or "
+            "pick another (--python; in the panel: Preferences > Add-ons > Painted Skin > "
+            "Backend Python)")
+
+
 def train_skin(req: TrainRequest, progress=None) -> int:
     """Render (or reuse) the training and held-out sets, then train; returns the
-    trainer's exit code (0, 2 bad input, 130 interrupted with a checkpoint)."""
+    trainer's exit code (0, 2 bad input, 130 stopped: a checkpoint, or the frames
+    rendered so far, are kept for the next run)."""
+    # Under ``blender -b`` Blender's own SIGINT handler takes a first Ctrl-C as a render
+    # break only: Python's puts it back, so Ctrl-C (the panel's Cancel) stops the dataset
+    # render or, while training, reaches the trainer (which saves a checkpoint).
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            return _train_skin(req, progress)
+        except KeyboardInterrupt:
+            print("train-skin: stopped while rendering the training frames (those done are "
+                  "kept: Train again continues)", file=sys.stderr, flush=True)
+            return 130
+        finally:
+            if previous is not None:  # None: Blender's own C handler, not restorable
+                signal.signal(signal.SIGINT, previous)
+    return _train_skin(req, progress)
+
+
+def _train_skin(req: TrainRequest, progress=None) -> int:
     _check_out(req.out)
     python = backend_python(req.python)
+    env = trainer_env(python)
+    check_trainer(python, env)
     if req.size not in (64, 128, 256, 512):
         raise D.DatasetError(f"--size {req.size}: use 128 or 256 (64 and 512 also work)")
     arm = load_character(req.character)
@@ -160,7 +221,7 @@ def train_skin(req: TrainRequest, progress=None) -> int:
         bar = progress(what, len(sp.clips) * sp.frames_per_clip) if progress else None
         res = D.build_dataset(arm, folder, sp, progress=bar)
         print(f"train-skin: {what} set: {res.frames} frames ({res.rendered} rendered now) in "
-              f"{folder}")
+              f"{folder}", flush=True)
     with tempfile.TemporaryDirectory(prefix="painted-skin-train-") as tmp:
         fp = Path(tmp) / "fingerprint.json"
         fp.write_text(json.dumps(fingerprint))
@@ -170,10 +231,6 @@ def train_skin(req: TrainRequest, progress=None) -> int:
             "train_clips": [list(c) for c in spec.clips],
             "held_out_clips": [list(c) for c in held.clips], "samples": req.samples}})
         cmd = trainer_command(req, python, train_dir, held_dir, fp, extra)
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO.parent) if REPO.name ==
-                                                        "painted_skin" else None,
-                                                        env.get("PYTHONPATH")) if p)
         proc = subprocess.Popen(cmd, env=env)
         try:
             return proc.wait()

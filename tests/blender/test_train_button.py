@@ -68,7 +68,7 @@ def test_cancel_leaves_a_checkpoint_and_resume_trains_to_the_model_folder(regist
     assert 0 < seen[-1] < 1 and job.status.startswith("training: step ")
 
     assert bpy.ops.painted_skin.cancel_training() == {"FINISHED"}  # the panel's button
-    assert job.status == "stopping: saving a checkpoint…"
+    assert job.status == "stopping after this frame or step…"
     seen += _follow(job, lambda j: not j.running)
     assert job.code == 130, job.lines
     assert job.status.startswith("stopped (checkpoint saved")
