@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import bpy
 
 
@@ -28,3 +30,23 @@ class SidebarPanel:
     bl_space_type = "VIEW_3D"
     bl_region_type = "UI"
     bl_category = "Painted Skin"
+
+
+def draw_running(layout, factor: float, text: str, cancel: str) -> None:
+    """A running job in a sidebar panel: a progress bar that holds ``text`` across the
+    panel's whole width (a label sharing a row with a button is cut to a few characters
+    at the sidebar's default width), and the ``cancel`` operator under it."""
+    col = layout.column(align=True)
+    col.progress(factor=min(max(float(factor), 0.0), 1.0), type="BAR", text=text)
+    col.operator(cancel, text="Cancel", icon="CANCEL")
+
+
+def wrapped_label(layout, context, text: str, icon: str = "NONE") -> None:
+    """``text`` over as many lines as the region's width needs: Blender's labels do not
+    wrap, they cut the end off (a report's warnings, a batch's failed clips)."""
+    region = getattr(context, "region", None)
+    width = (region.width if region is not None else 0) or 300
+    scale = (context.preferences.system.ui_scale if context.preferences else 0) or 1.0
+    chars = max(16, int(width / (7.0 * scale)) - 4)
+    for k, line in enumerate(textwrap.wrap(text, chars) or [""]):
+        layout.label(text=line, icon=icon if k == 0 else "BLANK1")

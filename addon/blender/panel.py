@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bpy
 
-from .classes import SidebarPanel
+from .classes import SidebarPanel, draw_running, wrapped_label
 from .operators import running_job
 from .retarget_batch_ui import CLASSES as RETARGET_BATCH_CLASSES
 
@@ -61,16 +61,15 @@ class PS_PT_retarget(SidebarPanel, bpy.types.Panel):
         col.prop(s, "keep_posture")
         job = running_job()
         if job is not None:
-            row = col.row(align=True)
-            row.label(text=f"Retargeting {job.progress_text}", icon="TIME")
-            row.operator("painted_skin.cancel_retarget", icon="CANCEL")
+            draw_running(col, job.fraction, f"Retargeting {job.progress_text}",
+                         "painted_skin.cancel_retarget")
         else:
             row = col.row(align=True)
             row.operator("painted_skin.retarget", icon="ARMATURE_DATA")
             # several clip files, each its own Action (a multi-select file browser)
             row.operator("painted_skin.retarget_batch", text="", icon="DOCUMENTS")
         if s.last_report:
-            col.label(text=s.last_report, icon="INFO")
+            wrapped_label(col, context, s.last_report, icon="INFO")
 
 
 CLASSES = (PS_UL_bone_map, PS_PT_retarget, *RETARGET_BATCH_CLASSES)

@@ -11,7 +11,7 @@ import bpy
 import numpy as np
 from bpy.props import BoolProperty, EnumProperty, IntProperty, StringProperty
 
-from .classes import SidebarPanel, register_classes, unregister_classes
+from .classes import SidebarPanel, draw_running, register_classes, unregister_classes
 from .out_paths import PATH_OPTIONS, UnwritableOutput, passes_output
 from .passes import DEFAULT_NAMES, PASSES, PassOptions, make_passes
 from .shot_geometry import ShotError, ShotGeometry, render_meshes
@@ -19,7 +19,7 @@ from .shot_geometry import ShotError, ShotGeometry, render_meshes
 PREVIEW_IMAGE = "Painted Skin Preview"
 
 #: The render the panel is running: its progress line and Cancel request.
-RENDER: dict = {"running": False, "text": "", "cancel": False}
+RENDER: dict = {"running": False, "text": "", "cancel": False, "factor": 0.0}
 
 
 _PREVIEWS = {
@@ -195,7 +195,7 @@ class PS_OT_render_passes(bpy.types.Operator):
             self.report({"ERROR"}, str(e))
             return {"CANCELLED"}
         # One frame per timer tick keeps the UI alive; Esc or Cancel stops between frames.
-        RENDER.update(running=True, cancel=False, text=self._run.progress_text)
+        RENDER.update(running=True, cancel=False, text=self._run.progress_text, factor=0.0)
         wm = context.window_manager
         wm.progress_begin(0, len(self._run.frames))
         self._timer = wm.event_timer_add(0.01, window=context.window)
@@ -215,7 +215,7 @@ class PS_OT_render_passes(bpy.types.Operator):
                         else f"passes stopped: {type(e).__name__}: {e}")
             return self._finish(context, cancelled=True)
         context.window_manager.progress_update(run.done)
-        RENDER["text"] = run.progress_text
+        RENDER.update(text=run.progress_text, factor=run.done / max(1, len(run.frames)))
         for area in context.screen.areas if context.screen else ():
             if area.type == "VIEW_3D":
                 area.tag_redraw()
@@ -395,9 +395,8 @@ class PS_PT_passes(SidebarPanel, bpy.types.Panel):
         if context.scene.camera is None:
             col.operator("painted_skin.add_camera", icon="CAMERA_DATA")
         if RENDER["running"]:
-            row = col.row(align=True)
-            row.label(text=f"Rendering {RENDER['text']}", icon="TIME")
-            row.operator("painted_skin.cancel_passes", icon="CANCEL")
+            draw_running(col, RENDER.get("factor", 0.0), f"Rendering {RENDER['text']}",
+                         "painted_skin.cancel_passes")
         else:
             col.operator("painted_skin.render_passes", icon="RENDER_ANIMATION")
         row = col.row(align=True)

@@ -11,7 +11,7 @@ import bpy
 from bpy.props import EnumProperty
 
 from .backend_status import LINE, LIVE, ensure_timer
-from .classes import SidebarPanel
+from .classes import SidebarPanel, draw_running
 from .local_backend import LOCAL
 from .preferences import preferences
 from .restyle_settings import PRESETS, apply_preset, backend_url, settings
@@ -196,9 +196,8 @@ def draw_shot(layout, context) -> None:
     if progress is None:
         col.operator("painted_skin.restyle", icon="BRUSH_DATA")
     else:
-        row = col.row(align=True)
-        row.label(text=f"{progress[0]}/{progress[1]} frames", icon="TIME")
-        row.operator("painted_skin.restyle_cancel", text="Cancel", icon="CANCEL")
+        draw_running(col, progress[0] / max(1, progress[1]),
+                     f"{progress[0]}/{progress[1]} frames", "painted_skin.restyle_cancel")
 
 
 class PS_PT_backend(SidebarPanel, bpy.types.Panel):

@@ -31,6 +31,7 @@ class RetargetJob:
             *args, background=True, **kwargs)
         self.done = 0  # stages finished
         self.message = "starting"
+        self.fraction = 0.0  # of the whole retarget, for the panel's bar
         self.report: RetargetReport | None = None
         self.cancelled = False
         self.cancel_requested = False  # set by the panel's Cancel button
@@ -55,11 +56,12 @@ class RetargetJob:
             return True
         try:
             fraction, self.message = next(self._steps)
+            self.fraction = fraction
             if fraction >= 1.0:  # the bake has run: collect the report in this same tick
                 next(self._steps)
         except StopIteration as end:
             self.report = end.value
-            self.done, self.message = STAGES, "done"
+            self.done, self.message, self.fraction = STAGES, "done", 1.0
             return True
         except BaseException:
             self.cancelled = True
@@ -123,6 +125,13 @@ class BatchRetargetJob:
             return f"{n}/{n} clips done"
         stage = self.current.progress_text if self.current is not None else f"0/{STAGES} starting"
         return f"clip {self.index + 1}/{n} ({self.name(self.index)}): {stage}"
+
+    @property
+    def fraction(self) -> float:
+        """Of the whole batch, for the panel's bar."""
+        n = len(self.clips)
+        now = self.current.fraction if self.current is not None else 0.0
+        return min(1.0, (self.index + now) / n) if n else 1.0
 
     def name(self, k: int) -> str:
         """The file name of clip ``k`` (what reports and failures call it)."""
