@@ -9,7 +9,7 @@ BACKEND_VENV ?= .venv-backend
 BPY := $(BACKEND_VENV)/bin/python
 BSTAMP := $(BACKEND_VENV)/.installed-stamp
 
-.PHONY: demo test test-slow lint bench extension extension-fast clean backend
+.PHONY: demo test test-slow test-gui lint bench extension extension-fast clean backend
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,11 @@ test: $(STAMP) $(BSTAMP)
 test-slow: $(STAMP) $(BSTAMP)
 	$(PY) -m pytest -q -m slow
 	$(BPY) -m pytest -q -m slow tests/backend
+
+# The panel's modal operators in a real Blender window: needs PAINTED_SKIN_BLENDER (a
+# Blender >= 5.0 with a GUI; tools/gui_blender.sh makes one on a Linux host without).
+test-gui: $(STAMP) $(BSTAMP)
+	$(PY) -m pytest -q -m slow tests/gui
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -9,7 +9,10 @@ Needs ``PAINTED_SKIN_BLENDER`` (a Blender >= 5.0 binary with a GUI, or a wrapper
 runs one) and a display: ``PAINTED_SKIN_DISPLAY`` / ``DISPLAY``, else an ``Xvfb`` on the
 PATH is started. Optional: ``PAINTED_SKIN_EXTENSION_ZIP`` (a prebuilt zip; default:
 built here for that Blender's family), ``PAINTED_SKIN_BACKEND_PYTHON`` (default:
-``.venv-backend/bin/python`` when present). Skipped without them (CI has no Blender)."""
+``.venv-backend/bin/python`` when present). Skipped without them (CI has no Blender).
+On a Linux host without a GUI Blender, ``tools/gui_blender.sh`` makes one (Debian's, in
+a chroot, on Xvfb :99); then ``PAINTED_SKIN_BLENDER=<dir>/blender
+PAINTED_SKIN_DISPLAY=:99 make test-gui``."""
 
 from __future__ import annotations
 
