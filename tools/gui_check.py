@@ -245,6 +245,15 @@ def viewport_key(key: str) -> bool:
     ).returncode == 0
 
 
+def press_stop(how: str, cancel_op: Callable) -> None:
+    """Stop a running job as the animator would: its Cancel button ("button"), or the
+    Esc key over the viewport ("esc")."""
+    if how == "esc":
+        viewport_key("Escape")
+    else:
+        call(cancel_op)
+
+
 def press_escape() -> bool:
     """A real Esc key press in the Blender window (xdotool); False without xdotool."""
     tool = shutil.which("xdotool")
@@ -623,10 +632,11 @@ def _frames_written(folder: Path) -> dict[str, int]:
             for d in sorted(folder.iterdir()) if d.is_dir()}
 
 
-def check_passes(ctx: Context, check: Check, cancel_after: int | None) -> Steps:
+def check_passes(ctx: Context, check: Check, cancel_after: int | None,
+                 how: str = "button") -> Steps:
     pui = ctx.addon.mod("passes_ui")
     frames = ctx.args.frames if cancel_after is None else ctx.args.frames * 4
-    folder = "passes" if cancel_after is None else "passes_cancelled"
+    folder = check.name  # a folder per check: a second cancelled run must not resume
     _passes_setup(ctx, folder, frames)
     check.expect(poll(bpy.ops.painted_skin.render_passes), "Render Passes is greyed out")
     result = call(bpy.ops.painted_skin.render_passes, "INVOKE_DEFAULT")
@@ -646,7 +656,7 @@ def check_passes(ctx: Context, check: Check, cancel_after: int | None) -> Steps:
         if cancel_after is not None and done >= cancel_after and not pressed[0]:
             pressed[0] = True
             check.details["cancel_poll"] = poll(bpy.ops.painted_skin.cancel_passes)
-            call(bpy.ops.painted_skin.cancel_passes)
+            press_stop(how, bpy.ops.painted_skin.cancel_passes)
         return f"Rendering {run_text}"
 
     yield from wait_until(check, lambda: not pui.RENDER["running"], text,
@@ -741,7 +751,8 @@ def check_backend_start(ctx: Context, check: Check) -> Steps:
     ctx.backend_up = bool(st and st.ok) and ui.LOCAL.running()
 
 
-def check_restyle(ctx: Context, check: Check, cancel_after: int | None) -> Steps:
+def check_restyle(ctx: Context, check: Check, cancel_after: int | None,
+                  how: str = "button") -> Steps:
     """Restyle Shot through the local backend's echo pipeline: "n/N frames" in the panel,
     the restyled frames on disk; or Cancel after ``cancel_after`` frames."""
     panel = ctx.addon.mod("restyle_panel")
@@ -753,7 +764,7 @@ def check_restyle(ctx: Context, check: Check, cancel_after: int | None) -> Steps
     scene.frame_start, scene.frame_end = 1, frames
     r = scene.painted_skin_restyle
     r.pipeline, r.width, r.height = "echo", ctx.args.size, ctx.args.size
-    folder = ctx.out / ("restyle" if cancel_after is None else "restyle_cancelled")
+    folder = ctx.out / check.name
     r.out_dir = str(folder) + "/"
     check.expect(poll(bpy.ops.painted_skin.restyle), "Restyle Shot is greyed out")
     result = call(bpy.ops.painted_skin.restyle, "INVOKE_DEFAULT")
@@ -769,7 +780,7 @@ def check_restyle(ctx: Context, check: Check, cancel_after: int | None) -> Steps
         if cancel_after is not None and progress[0] >= cancel_after and not pressed[0]:
             pressed[0] = True
             check.details["cancel_poll"] = poll(bpy.ops.painted_skin.restyle_cancel)
-            call(bpy.ops.painted_skin.restyle_cancel)
+            press_stop(how, bpy.ops.painted_skin.restyle_cancel)
         if cancel_after is None and progress[0] == 2 and not pressed[0]:
             pressed[0] = True
             ctx.screens.take("restyle_running")
@@ -806,7 +817,7 @@ def check_backend_stop(ctx: Context, check: Check) -> Steps:
     check.expect(not poll(bpy.ops.painted_skin.backend_stop), "Stop is still offered")
 
 
-def check_train(ctx: Context, check: Check, cancel: bool) -> Steps:
+def check_train(ctx: Context, check: Check, cancel: bool, how: str = "button") -> Steps:
     """Train Skin Model on the saved shot (a tiny budget): the panel's status line over
     the ticks, and the child's end; or Cancel (Ctrl-C to the trainer) once it reports."""
     skin = ctx.addon.mod("skin_ui")
@@ -818,7 +829,7 @@ def check_train(ctx: Context, check: Check, cancel: bool) -> Steps:
     scene = bpy.context.scene
     scene.frame_start, scene.frame_end = 1, ctx.args.frames
     sk = scene.painted_skin_skin
-    sk.model_dir = str(ctx.out / ("skin_model" if not cancel else "skin_model_cancel")) + "/"
+    sk.model_dir = str(ctx.out / f"{check.name}_model") + "/"
     sk.minutes, sk.size, sk.device = ctx.args.train_minutes, "128", "cpu"
     prefs = bpy.context.preferences.addons[ctx.addon.package].preferences
     prefs.python = ctx.args.backend_python
@@ -841,7 +852,7 @@ def check_train(ctx: Context, check: Check, cancel: bool) -> Steps:
                       for line in job.lines)
         if cancel and not pressed[0] and working:
             pressed[0] = True
-            call(bpy.ops.painted_skin.cancel_training)
+            press_stop(how, bpy.ops.painted_skin.cancel_training)
         return f"{job.progress:.2f} {job.status}"
 
     yield from wait_until(check, lambda: not skin.training_running() and
@@ -926,13 +937,16 @@ CHECKS: list[tuple[str, Callable[[Context, Check], Steps]]] = [
     ("batch_cancel", lambda c, k: check_batch(c, k, 2)),
     ("passes", lambda c, k: check_passes(c, k, None)),
     ("passes_cancel", lambda c, k: check_passes(c, k, 2)),
+    ("passes_esc", lambda c, k: check_passes(c, k, 2, "esc")),
     ("backend_status", check_backend_status),
     ("backend_start", check_backend_start),
     ("restyle", lambda c, k: check_restyle(c, k, None)),
     ("restyle_cancel", lambda c, k: check_restyle(c, k, 2)),
+    ("restyle_esc", lambda c, k: check_restyle(c, k, 2, "esc")),
     ("backend_stop", check_backend_stop),
     ("train", lambda c, k: check_train(c, k, False)),
     ("train_cancel", lambda c, k: check_train(c, k, True)),
+    ("train_esc", lambda c, k: check_train(c, k, True, "esc")),
     ("open_file_while_running", check_open_file_while_running),
     ("undo_while_running", check_undo_while_running),
 ]

@@ -35,8 +35,9 @@ CACHE = Path(os.environ.get("PAINTED_SKIN_TEST_CACHE",
 # Every check the driver runs, in its order (a check missing from the report fails).
 CHECKS = ("install", "sidebar", "retarget", "retarget_cancel", "retarget_esc",
           "batch_browser_cancel", "batch", "batch_cancel", "passes", "passes_cancel",
-          "backend_status", "backend_start", "restyle", "restyle_cancel", "backend_stop",
-          "train", "train_cancel", "open_file_while_running", "undo_while_running")
+          "passes_esc", "backend_status", "backend_start", "restyle", "restyle_cancel",
+          "restyle_esc", "backend_stop", "train", "train_cancel", "train_esc",
+          "open_file_while_running", "undo_while_running")
 
 pytestmark = [pytest.mark.slow, pytest.mark.shared_data]
 
