@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from painted_skin.addon.core.bvh import BvhClip, BvhError, parse_bvh
+from painted_skin.addon.core.bvh import BvhClip, BvhError, bvh_to_skeleton_motion, parse_bvh
 from test_bvh import SMALL
 
 FAST = settings(max_examples=150, deadline=None, derandomize=True,
@@ -32,6 +32,10 @@ def _parse(data: str | bytes) -> None:
     assert clip.num_joints >= 1 and clip.frames.shape == (clip.num_frames, clip.num_channels)
     assert np.all(np.isfinite(clip.frames)) and np.all(np.isfinite(clip.offsets))
     assert 1.0 <= clip.fps <= 1000.0
+    # Whatever the reader accepts, the retarget can read: Blender's bones, finite poses.
+    skel, motion = bvh_to_skeleton_motion(clip)
+    assert np.all(np.isfinite(skel.rest)) and np.all(np.isfinite(motion.pose))
+    assert np.all(np.linalg.norm(skel.tails - skel.heads, axis=-1) > 0)
 
 
 @st.composite
