@@ -8,8 +8,9 @@ stores float32, and which bones count as "zero length" depends on that rounding,
 is reproduced here, the operator's float32 scale included): while reading, a tail
 closer than ``0.001 * scale`` to its head is moved up by ``scale / 10``; while building
 edit bones, a bone still shorter than 0.001 continues its parent's direction (or, if
-the parent has none, goes up by the mean bone length). Each edit bone gets roll 0, so
-its axes are Blender's ``vec_roll_to_mat3`` of its direction.
+the parent has none, goes up by the mean bone length). A few bones are then connected
+to their parent, which moves their head (see :func:`importer_rest`). Each edit bone gets
+roll 0, so its axes are Blender's ``vec_roll_to_mat3`` of its direction.
 """
 
 from __future__ import annotations
@@ -66,14 +67,40 @@ def importer_rest(clip: BvhClip, scale: float) -> tuple[np.ndarray, np.ndarray]:
     nonzero = [v for v in lengths if v]
     average = sum(nonzero) / len(nonzero) if nonzero else 0.1
     tails = tail_w.copy()
+    zero_area = set()
     for j, p in enumerate(clip.parents):
         if _length(heads[j] - tails[j]) < 0.001:
+            zero_area.add(j)
             ofs = local[p] - tail_l[p] if p >= 0 else np.zeros(3, _F)
             if p >= 0 and _length(ofs):
                 tails[j] = tails[j] - ofs
             else:
                 tails[j, 1] = _F(float(tails[j, 1]) + average)
-    return exact, exact + (tails.astype(np.float64) - heads.astype(np.float64))
+    out_tails = exact + (tails.astype(np.float64) - heads.astype(np.float64))
+    out_heads = exact.copy()
+    # The importer connects a bone to its parent (``use_connect``: its head snaps onto the
+    # parent's tail) when it has no position channels, the parent is not zero-length, and
+    # the parent's local tail equals the bone's local head: it compares a vector relative
+    # to the grandparent with one relative to the parent, so this fires when the parent's
+    # OFFSET plus its tail offset happens to equal the bone's OFFSET — and moves the bone.
+    for j, p in enumerate(clip.parents):
+        if p >= 0 and not clip.has_position(j) and p not in zero_area \
+                and _same_vector(tail_l[p], local[j]):
+            # (where the tail already is the head in float32, the exact head stays)
+            out_heads[j] = exact[j] + (tails[p].astype(np.float64)
+                                       - heads[j].astype(np.float64))
+    return out_heads, out_tails
+
+
+def _ordered(x: np.float32) -> int:
+    """A float32's bits as an integer that orders like the floats (-0 == +0)."""
+    i = int(np.asarray(x, _F).view(np.int32))
+    return i if i >= 0 else -(i & 0x7FFFFFFF)
+
+
+def _same_vector(a: np.ndarray, b: np.ndarray) -> bool:
+    """mathutils' ``Vector ==``: every component within one float32 step."""
+    return all(abs(_ordered(x) - _ordered(y)) <= 1 for x, y in zip(a, b, strict=True))
 
 
 def bone_axes(heads: np.ndarray, tails: np.ndarray) -> np.ndarray:
@@ -102,5 +129,21 @@ def bone_axes(heads: np.ndarray, tails: np.ndarray) -> np.ndarray:
     m[:, 0, 2] = -x * z / theta
     m[:, 1, 2] = -z
     m[:, 2, 2] = 1 - z * z / theta
-    m[singular] = np.diag([-1.0, -1.0, 1.0])
+    if singular.any():
+        # Blender's own answer along -Y is a half turn about Z; its bone ends up with that
+        # turn carried onto the bone's true direction (transform_apply rebuilds the matrix
+        # from the direction and a roll), so tilt it the shortest way from -Y to there.
+        m[singular] = _shortest_arc(np.array([0.0, -1.0, 0.0]), d[singular]) \
+            @ np.diag([-1.0, -1.0, 1.0])
     return m
+
+
+def _shortest_arc(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(k, 3, 3) rotations taking unit vector ``a`` onto each unit row of ``b`` (b never
+    opposite a: here they are within a few 1e-4 rad)."""
+    v = np.cross(a, b)
+    c = b @ a
+    vx = np.zeros((len(b), 3, 3))
+    vx[:, 0, 1], vx[:, 0, 2], vx[:, 1, 2] = -v[:, 2], v[:, 1], -v[:, 0]
+    vx[:, 1, 0], vx[:, 2, 0], vx[:, 2, 1] = v[:, 2], -v[:, 1], v[:, 0]
+    return np.eye(3) + vx + vx @ vx / (1.0 + c)[:, None, None]

@@ -74,20 +74,70 @@ Frame Time: 0.04
 """
 
 
-def _edges(tmp_path: Path) -> Path:
+# Bones the importer moves or tilts: a joint whose OFFSET equals its parent's OFFSET plus
+# the parent's End Site (the importer connects it: its head jumps to the parent's tail),
+# and an almost straight leg (its bone within 2.5e-4 rad of -Y: Blender's singular case).
+CONNECTED = """HIERARCHY
+ROOT Hips
+{
+\tOFFSET 0 90 0
+\tCHANNELS 6 Xposition Yposition Zposition Zrotation Xrotation Yrotation
+\tJOINT Neck
+\t{
+\t\tOFFSET 0 50 0
+\t\tCHANNELS 3 Zrotation Xrotation Yrotation
+\t\tJOINT Head
+\t\t{
+\t\t\tOFFSET 0 60 0
+\t\t\tCHANNELS 3 Zrotation Xrotation Yrotation
+\t\t\tEnd Site
+\t\t\t{
+\t\t\t\tOFFSET 0 10 0
+\t\t\t}
+\t\t}
+\t\tEnd Site
+\t\t{
+\t\t\tOFFSET 0 10 0
+\t\t}
+\t}
+\tJOINT UpLeg
+\t{
+\t\tOFFSET 9 -2 0
+\t\tCHANNELS 3 Zrotation Xrotation Yrotation
+\t\tJOINT Leg
+\t\t{
+\t\t\tOFFSET 0.005 -40 0.002
+\t\t\tCHANNELS 3 Zrotation Xrotation Yrotation
+\t\t\tEnd Site
+\t\t\t{
+\t\t\t\tOFFSET 0 -40 0
+\t\t\t}
+\t\t}
+\t}
+}
+MOTION
+Frames: 3
+Frame Time: 0.04
+"""
+
+
+def _with_motion(path: Path, text: str, joints: int) -> Path:
     rng = np.random.default_rng(5)
-    rows = rng.uniform(-60, 60, size=(3, 6 + 3 * 7))
+    rows = rng.uniform(-60, 60, size=(3, 6 + 3 * (joints - 1)))
     rows[:, :3] = rng.normal(size=(3, 3)) * 10
-    path = tmp_path / "edges.bvh"
-    path.write_text(EDGES + "".join(" ".join(f"{v:.5f}" for v in r) + "\n" for r in rows))
+    path.write_text(text + "".join(" ".join(f"{v:.5f}" for v in r) + "\n" for r in rows))
     return path
+
+
+def _edges(tmp_path: Path) -> Path:
+    return _with_motion(tmp_path / "edges.bvh", EDGES, 8)
 
 
 def _clips(tmp_path: Path) -> list[Path]:
     """The edge cases, each generated convention, and the real takes when present."""
     from conftest import SHARED_DATA
 
-    clips = [_edges(tmp_path)]
+    clips = [_edges(tmp_path), _with_motion(tmp_path / "connected.bvh", CONNECTED, 5)]
     clips += [gen.write_clip(tmp_path / f"{c}.bvh", "wave", frames=20, fps=30, convention=c)
               for c in ("cmu", "mixamo", "apose")]
     return clips + sorted((SHARED_DATA / "bvh").glob("*/*.bvh"))
@@ -221,14 +271,22 @@ def test_the_panel_runs_blenders_importer_on_blenders_thread(bpy_clean, tmp_path
     path = tmp_path / "long.bvh"
     path.write_text(EDGES.replace("Neck", "n" * 70) + "0 " * 27 + "\n" + "1 " * 27 + "\n"
                     + "2 " * 27 + "\n")
-    ran_on, real = [], retarget_api.imported_clip
+    ran_on, parsed_on = [], []
+    real_import, real_parse = retarget_api.imported_clip, retarget_api.read_bvh_source
 
     def recorded(*args):
         ran_on.append(threading.current_thread())
-        return real(*args)
+        return real_import(*args)
+
+    def parsed(*args):
+        parsed_on.append(threading.current_thread())
+        return real_parse(*args)
 
     monkeypatch.setattr(retarget_api, "imported_clip", recorded)
+    monkeypatch.setattr(retarget_api, "read_bvh_source", parsed)
     job = RetargetJob(str(path), build_demo_character())
     with pytest.raises(RetargetError, match="hips|map"):  # not a humanoid: read, then refused
         job.run()
     assert ran_on == [threading.main_thread()]
+    # Parsed once, off the main thread; handed back, it is not parsed there again.
+    assert len(parsed_on) == 1 and parsed_on[0] is not threading.main_thread()
