@@ -109,11 +109,12 @@ def _channelbags(action) -> list:
 
 
 def load_source(source: str | Path | bpy.types.Object,
-                clip_action: str | None = None) -> SourceMotion:
+                clip_action: str | None = None, parser: bool = True) -> SourceMotion:
     """Read a clip file (BVH/FBX/glTF) or an animated armature in the scene.
 
     ``clip_action`` names the animation to use when the file holds several. A BVH file
-    is read by :func:`read_bvh_source`, without Blender's importer.
+    is read by :func:`read_bvh_source`, without Blender's importer (``parser=False``:
+    straight through the importer, for a file the parser has handed back already).
     """
     if isinstance(source, bpy.types.Object):
         if source.type != "ARMATURE":
@@ -124,7 +125,7 @@ def load_source(source: str | Path | bpy.types.Object,
         skel = read_skeleton(source)
         return SourceMotion(source.name, skel, read_motion(source, skel))
     path = Path(source)
-    if _pure_read(source, clip_action):
+    if parser and _pure_read(source, clip_action):
         src = read_bvh_source(path)
         if src is not None:
             return src
@@ -174,8 +175,8 @@ def _timed(work: Callable[[], object], clock: dict[str, float], key: str
         t0 = time.perf_counter()
         try:
             return work()
-        finally:
-            clock[key] = time.perf_counter() - t0
+        finally:  # added up: a clip the parser hands back is then imported
+            clock[key] = clock.get(key, 0.0) + time.perf_counter() - t0
     return run
 
 
@@ -367,12 +368,13 @@ def retarget_steps(
     # Stage timings exclude the pauses at each yield (a modal caller's timer ticks).
     yield 0.05, "reading clip"
     clock: dict[str, float] = {}
-    src = None
-    if _pure_read(source, clip_action):  # no bpy: on the worker thread in the panel
+    src, parsed = None, _pure_read(source, clip_action)
+    if parsed:  # no bpy: on the worker thread in the panel
         src = yield from _stage(_timed(lambda: read_bvh_source(source), clock, "read"),
                                 0.05, "reading clip", background)
     if src is None:  # Blender's importers, or an armature: on this thread
-        src = _timed(lambda: load_source(source, clip_action), clock, "read")()
+        src = _timed(lambda: load_source(source, clip_action, parser=not parsed), clock,
+                     "read")()
     if src.motion.frames < 1:
         raise RetargetError(f"clip {src.name!r} has no frames")
     yield 0.3, "mapping bones"
@@ -417,15 +419,18 @@ def retarget_steps(
     t_baking, paused = time.perf_counter(), 0.0
     bake = write_action_steps(target, tgt_skel, basis_rot, basis_loc, result.keyed, start,
                               action_name or src.name)
-    while True:  # in slices of ~20 ms: a long take's bake does not hold the window either
-        try:
-            fraction = next(bake)
-        except StopIteration as baked:
-            action = baked.value
-            break
-        t_pause = time.perf_counter()
-        yield 0.7 + 0.3 * fraction, "baking action"
-        paused += time.perf_counter() - t_pause
+    try:  # in slices of ~20 ms: a long take's bake does not hold the window either
+        while True:
+            try:
+                fraction = next(bake)
+            except StopIteration as baked:
+                action = baked.value
+                break
+            t_pause = time.perf_counter()
+            yield 0.7 + 0.3 * fraction, "baking action"
+            paused += time.perf_counter() - t_pause
+    finally:  # closed here (a Cancel): the unfinished Action goes with it, now
+        bake.close()
     if set_scene:
         scene = bpy.context.scene
         scene.render.fps = max(1, round(bake_fps))
