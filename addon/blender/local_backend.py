@@ -118,8 +118,10 @@ class LocalBackend:
             env[REGISTRY_ENV] = str(self.registry_with(models))
         root = Path(__file__).resolve().parents[2]
         if root.name == "painted_skin" and not (python and has_own_package(python)):
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root.parent),
-                                                             env.get("PYTHONPATH")) if p)
+            # Last: a checkout on the user's PYTHONPATH (with the whole backend) wins over
+            # the extension's copy, which carries only the echo pipeline's part of it.
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"),
+                                                             str(root.parent)) if p)
         return env
 
     def launch(self, python: str, url: str, command: list[str] | None = None

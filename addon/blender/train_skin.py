@@ -143,8 +143,8 @@ def _check_out(out: Path) -> None:
 def trainer_env(python: str) -> dict[str, str]:
     """The trainer's environment, unbuffered (the panel shows its lines as they come).
     This add-on's folder goes on ``PYTHONPATH`` only for a Python without a
-    ``painted_skin`` of its own: an installed extension carries no ``backend/skin``, so
-    put first it would hide the pip install that has the trainer."""
+    ``painted_skin`` of its own, and last: an installed extension carries no
+    ``backend/skin``, so put first it would hide the install that has the trainer."""
     from .local_backend import has_own_package
 
     env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -152,7 +152,7 @@ def trainer_env(python: str) -> dict[str, str]:
     paths = [p for p in env.pop("PYTHONPATH", "").split(os.pathsep)
              if p and Path(p) != REPO.parent]
     if REPO.name == "painted_skin" and not has_own_package(python):
-        paths.insert(0, str(REPO.parent))
+        paths.append(str(REPO.parent))  # last: a checkout on the user's PYTHONPATH wins
     if paths:
         env["PYTHONPATH"] = os.pathsep.join(paths)
     return env
@@ -232,8 +232,8 @@ def _train_skin(req: TrainRequest, progress=None) -> int:
             "held_out_clips": [list(c) for c in held.clips], "samples": req.samples}})
         cmd = trainer_command(req, python, train_dir, held_dir, fp, extra)
         proc = subprocess.Popen(cmd, env=env)
-        try:
-            return proc.wait()
-        except KeyboardInterrupt:  # the child got the SIGINT too: let it checkpoint
-            proc.send_signal(signal.SIGINT)
-            return proc.wait()
+        while True:  # the trainer finishes its step and saves a checkpoint: wait for it
+            try:
+                return proc.wait()
+            except KeyboardInterrupt:  # each Ctrl-C to it too (it only sets a flag)
+                proc.send_signal(signal.SIGINT)
