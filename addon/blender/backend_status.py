@@ -27,11 +27,6 @@ LINE: dict = {"text": "not connected", "ok": False, "log_tail": "", "busy": Fals
               "held": False}
 
 
-def show_failure(text: str, details: str) -> None:
-    """Put ``text`` (and ``details`` below it) on the status line until a backend answers:
-    the next failed ping two seconds later would otherwise replace the reason."""
-    LINE.update(text=text, ok=False, busy=False, held=True, log_tail=details)
-
 
 class LiveStatus:
     """The last STATUS reply (``status``), written by the ping thread, read by the panel."""
@@ -75,6 +70,14 @@ class LiveStatus:
 
 
 LIVE = LiveStatus()
+
+
+def show_failure(text: str, details: str) -> None:
+    """Put ``text`` (and ``details`` below it) on the status line until a backend answers
+    (or the animator connects or stops): the next failed ping two seconds later would
+    otherwise replace the reason."""
+    with LIVE._lock:  # not between a ping's check of ``held`` and its update
+        LINE.update(text=text, ok=False, busy=False, held=True, log_tail=details)
 
 
 def poll_backend(url: str, keys: str | None = None, timeout_s: float = PING_TIMEOUT_S

@@ -48,5 +48,6 @@ def wrapped_label(layout, context, text: str, icon: str = "NONE") -> None:
     width = (region.width if region is not None else 0) or 300
     scale = (context.preferences.system.ui_scale if context.preferences else 0) or 1.0
     chars = max(16, int(width / (7.0 * scale)) - 4)
-    for k, line in enumerate(textwrap.wrap(text, chars) or [""]):
+    lines = [w for para in text.splitlines() for w in (textwrap.wrap(para, chars) or [""])]
+    for k, line in enumerate(lines or [""]):
         layout.label(text=line, icon=icon if k == 0 else "BLANK1")

@@ -253,6 +253,7 @@ class PS_OT_backend_connect(bpy.types.Operator):
         url = self.url or backend_url(context)
         if self.url:
             _settings(context).url = self.url
+        _STATUS.update(held=False, log_tail="")  # the animator asked anew: a fresh answer
         try:
             with BackendClient(url, keys=_keys(context), timeout_s=self.timeout) as c:
                 st = c.status()
@@ -396,7 +397,7 @@ class PS_OT_backend_stop(bpy.types.Operator):
 
     def execute(self, context):
         stop_local_backend()
-        _STATUS.update(text="local backend stopped", ok=False)
+        _STATUS.update(text="local backend stopped", ok=False, held=False, log_tail="")
         return {"FINISHED"}
 
 
