@@ -128,14 +128,17 @@ def registry_identity(entry: Any) -> str:
 
 def xl_identity(name: str, union: bool | None) -> str:
     """``model_id`` of SDXL registry model ``name`` as :func:`load_xl_components` loads
-    it: its entry plus the union ControlNet and its modes, which live beside the entry
-    in the registry's table (none when ``union`` is False: the separate nets are used)."""
+    it: the entry plus the union ControlNet and its modes, which live beside the entry
+    in the registry's table — only the parts it loads (the separate nets, or the union
+    net and its modes), so an unused part's change is not another model."""
     from ..diffusion.sdxl_pipeline import xl_entry
 
     entry, union_source, modes = xl_entry(name)
-    if union is False:
-        union_source = None
-    return registry_identity((entry, union_source, modes))
+    if union is False or union_source is None:
+        union_source, modes = None, {}
+    else:  # the union net replaces the separate ones: those are not loaded
+        entry = dataclasses.replace(entry, controlnets={})
+    return registry_identity((entry, union_source, sorted(modes.items())))
 
 
 def _tiny_identity(options: dict[str, Any], kind: str) -> str:

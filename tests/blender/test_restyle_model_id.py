@@ -224,5 +224,9 @@ def test_an_sdxl_model_id_follows_its_union_controlnet(tmp_path, monkeypatch):
     second = xl_identity("xl", None)
     assert second != first and xl_identity("xl", True) == second
     assert xl_identity("xl", False) == separate
+    write("normal = 5, depth = 1")
+    third = xl_identity("xl", None)
+    assert third != second
+    assert xl_identity("xl", False) == separate  # the union's modes are not used then
     write("depth = 1, normal = 5")
-    assert xl_identity("xl", None) != second
+    assert xl_identity("xl", None) == third  # the order they are written in is no model
