@@ -198,6 +198,9 @@ class _Hierarchy:
                                     "around this End Site.")
                 pending = ("end", stack[-1][1], ln)
                 k += 2
+                # Some exporters name it ("End Site Head_end"), as Blender's importer allows.
+                while k < len(toks) and toks[k] != "{":
+                    k += 1
                 continue
             if tok == "{":
                 if pending is None:

@@ -107,6 +107,8 @@ def test_robust_to_crlf_tabs_and_odd_spacing() -> None:
     np.testing.assert_array_equal(clip.frames, parse_bvh(SMALL).frames)
     dup = SMALL.replace("JOINT Left Leg", "JOINT Spine")
     assert parse_bvh(dup).names == ["Hips", "Spine", "Spine.001"]
+    named = SMALL.replace("End Site", "End Site Tip_end", 1)  # some exporters name it
+    np.testing.assert_array_equal(parse_bvh(named).end_sites[1], parse_bvh(SMALL).end_sites[1])
 
 
 def test_write_parse_round_trip(tmp_path: Path) -> None:
