@@ -24,7 +24,8 @@ export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 if [ "$UNMOUNT" = 1 ]; then
   pkill -f "Xvfb :99" || true
   for m in tmp root/.pyenv "${SHARED#/}" "${REPO#/}" dev/pts dev sys proc; do
-    mountpoint -q "$ROOT/$m" && umount "$ROOT/$m"
+    # A mount a just-ended process still holds: detach it now, it goes once released.
+    if mountpoint -q "$ROOT/$m"; then umount "$ROOT/$m" || umount -l "$ROOT/$m"; fi
   done
   exit 0
 fi
