@@ -30,7 +30,7 @@ from .client import DEFAULT_URL, BackendClient, BackendError, BackendUnavailable
 EMBEDDED_REGISTRY = Path(__file__).resolve().parents[2] / "backend" / "skin" / "registry.toml"
 
 
-def has_own_package(python: str) -> bool:
+def _has_own_package(python: str) -> bool:
     """Whether ``python`` imports a ``painted_skin`` of its own (pip or editable install:
     then it runs that one, with its backend extras, rather than the extension's files)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -117,7 +117,7 @@ class LocalBackend:
         if models:  # the registry the backend serves: its own plus this scene's model
             env[REGISTRY_ENV] = str(self.registry_with(models))
         root = Path(__file__).resolve().parents[2]
-        if root.name == "painted_skin" and not (python and has_own_package(python)):
+        if root.name == "painted_skin" and not (python and _has_own_package(python)):
             # Last: a checkout on the user's PYTHONPATH (with the whole backend) wins over
             # the extension's copy, which carries only the echo pipeline's part of it.
             env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"),

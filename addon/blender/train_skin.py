@@ -140,23 +140,17 @@ def _check_out(out: Path) -> None:
                              "or an existing model folder")
 
 
-def trainer_env(python: str) -> dict[str, str]:
-    """The trainer's environment, unbuffered (the panel shows its lines as they come).
-    This add-on's folder goes on ``PYTHONPATH`` only for a Python without a
-    ``painted_skin`` of its own, and last: an installed extension carries no
-    ``backend/skin``, so put first it would hide the install that has the trainer."""
-    from .local_backend import has_own_package
-
+def trainer_env() -> dict[str, str]:
+    """The trainer's environment, unbuffered (the panel shows its lines as they come),
+    without this add-on's folder on ``PYTHONPATH`` (the panel's child Blender has it
+    there): an installed extension carries no ``backend/skin``, so the trainer can only
+    come from the backend Python's own install, which that folder would hide."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    # The panel's child Blender may hold this folder on PYTHONPATH already: drop it first.
-    paths = [p for p in env.pop("PYTHONPATH", "").split(os.pathsep)
-             if p and Path(p) != REPO.parent]
-    if REPO.name == "painted_skin" and not has_own_package(python):
-        paths.append(str(REPO.parent))  # last: a checkout on the user's PYTHONPATH wins
+    ours = REPO.parent if REPO.name == "painted_skin" else None  # the folder holding us
+    paths = [p for p in env.pop("PYTHONPATH", "").split(os.pathsep) if p and Path(p) != ours]
     if paths:
         env["PYTHONPATH"] = os.pathsep.join(paths)
     return env
-
 
 
 def check_trainer(python: str, env: dict[str, str]) -> None:
@@ -190,7 +184,7 @@ def train_skin(req: TrainRequest, progress=None) -> int:
         try:
             return _train_skin(req, progress)
         except KeyboardInterrupt:
-            print("train-skin: stopped while rendering the training frames (those done are "
+            print("train-skin: stopped before training (the frames rendered so far are "
                   "kept: Train again continues)", file=sys.stderr, flush=True)
             return 130
         finally:
@@ -202,7 +196,7 @@ def train_skin(req: TrainRequest, progress=None) -> int:
 def _train_skin(req: TrainRequest, progress=None) -> int:
     _check_out(req.out)
     python = backend_python(req.python)
-    env = trainer_env(python)
+    env = trainer_env()
     check_trainer(python, env)
     if req.size not in (64, 128, 256, 512):
         raise D.DatasetError(f"--size {req.size}: use 128 or 256 (64 and 512 also work)")

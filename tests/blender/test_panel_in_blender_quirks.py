@@ -82,7 +82,7 @@ def test_ctrl_c_while_the_frames_render_stops_with_them_kept(bpy_clean, tmp_path
     req = T.TrainRequest(character="demo", out=tmp_path / "m", cache=tmp_path / "cache",
                          python=sys.executable)
     assert T.train_skin(req) == 130 and rendered
-    assert "stopped while rendering the training frames" in capsys.readouterr().err
+    assert "train-skin: stopped before training" in capsys.readouterr().err
 
 
 def test_a_failed_start_stays_on_the_status_line_until_a_backend_answers(bpy_clean):
