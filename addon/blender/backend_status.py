@@ -27,7 +27,6 @@ LINE: dict = {"text": "not connected", "ok": False, "log_tail": "", "busy": Fals
               "held": False}
 
 
-
 class LiveStatus:
     """The last STATUS reply (``status``), written by the ping thread, read by the panel."""
 

@@ -395,7 +395,7 @@ class PS_PT_passes(SidebarPanel, bpy.types.Panel):
         if context.scene.camera is None:
             col.operator("painted_skin.add_camera", icon="CAMERA_DATA")
         if RENDER["running"]:
-            draw_running(col, RENDER.get("factor", 0.0), f"Rendering {RENDER['text']}",
+            draw_running(col, RENDER["factor"], f"Rendering {RENDER['text']}",
                          "painted_skin.cancel_passes")
         else:
             col.operator("painted_skin.render_passes", icon="RENDER_ANIMATION")

@@ -3,8 +3,8 @@ animator can cancel it.
 
 :class:`RetargetJob` drives :func:`retarget_api.retarget_steps` with its pure stages (a
 BVH file's read, the solve) on a worker thread and its bake in ~20 ms slices, so a long
-take never holds the window for long (a 27,520-frame take: 41 ms at most, where
-Blender's importer alone held it 8.2 s); the operator only feeds it timer events.
+take never holds the window for long (``painted-skin bench retarget`` reports the longest
+tick); the operator only feeds it timer events.
 Cancelling closes the generator at its next yield, the bake's included: the target
 keeps the Action it had, an unfinished one is removed.
 :class:`BatchRetargetJob` runs several clips so, one after another
