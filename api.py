@@ -16,17 +16,17 @@ import importlib
 from typing import Any
 
 _WHERE = {
-    "retarget_clip": ".addon.blender.retarget_api",
-    "RetargetError": ".addon.blender.retarget_api",
-    "RetargetOptions": ".addon.core.retarget",
-    "make_passes": ".addon.blender.passes",
-    "PassOptions": ".addon.blender.passes",
-    "ShotError": ".addon.blender.shot_geometry",
-    "add_follow_camera": ".addon.blender.auto_camera",
-    "restyle_shot": ".addon.blender.restyle",
-    "BackendClient": ".addon.blender.client",
-    "BackendError": ".addon.blender.client",
-    "probe_python": ".addon.core.backend_probe",
+    "retarget_clip": ".addon.blender.retarget.api",
+    "RetargetError": ".addon.blender.retarget.api",
+    "RetargetOptions": ".addon.core.retarget.solve",
+    "make_passes": ".addon.blender.passes.render",
+    "PassOptions": ".addon.blender.passes.render",
+    "ShotError": ".addon.blender.passes.geometry",
+    "add_follow_camera": ".addon.blender.passes.auto_camera",
+    "restyle_shot": ".addon.blender.restyle.loop",
+    "BackendClient": ".addon.blender.client.backend_client",
+    "BackendError": ".addon.blender.client.backend_client",
+    "probe_python": ".addon.core.backend.probe",
 }
 __all__ = sorted(_WHERE)
 

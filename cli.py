@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .addon.core.paths import check_distinct
+from .addon.core.files.paths import check_distinct
 
 # the commands and the checks the tests call, importable from here as before
 from .cli_commands import (  # noqa: F401
@@ -36,7 +36,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         return bench_main(frames=args.frames or 2400)
     if args.what == "passes":
-        from .addon.core.raster import tune_allocator
+        from .addon.core.passes.raster import tune_allocator
         from .bench.passes import main as bench_passes
 
         tune_allocator()

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .addon.core.atomic import check_writable, write_json_atomic
-from .addon.core.paths import check_distinct, removed_if_left_empty
+from .addon.core.files.atomic import check_writable, write_json_atomic
+from .addon.core.files.paths import check_distinct, removed_if_left_empty
 from .wire.options import RefWeightsError
 from .wire.options import ref_weights as check_ref_weights
 
@@ -25,7 +25,7 @@ class BadInput(Exception):
 
 
 def _retarget_options(args: argparse.Namespace):
-    from .addon.core.retarget import RetargetOptions
+    from .addon.core.retarget.solve import RetargetOptions
 
     return RetargetOptions(in_place=args.in_place, foot_lock=not args.no_foot_lock,
                            ground=args.ground, keep_posture=args.keep_posture)
@@ -37,7 +37,7 @@ def cmd_retarget(args: argparse.Namespace) -> int:
 
     source = Path(args.source)
     if source.is_dir():
-        from .addon.blender.importers import CLIP_TYPES
+        from .addon.blender.retarget.importers import CLIP_TYPES
 
         clips = sorted(p for p in source.iterdir() if p.suffix.lower() in CLIP_TYPES)
         if not clips:
@@ -111,9 +111,9 @@ def _progress_bar(total: int):
 def cmd_demo(args: argparse.Namespace) -> int:
     import bpy
 
-    from .addon.blender import session
-    from .addon.blender.passes import PassOptions, make_passes
-    from .addon.core.raster import tune_allocator
+    from .addon.blender.passes.render import PassOptions, make_passes
+    from .addon.core.passes.raster import tune_allocator
+    from .demo.shot import build_demo_shot
 
     out = Path(args.out)
     tune_allocator()
@@ -137,7 +137,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             print(f"  {name}: {path}")
         print(f"  metrics: {out / 'metrics.json'}")
         return 0
-    report = session.build_demo_shot(out, frames=args.frames, fps=args.fps, kind=args.kind)
+    report = build_demo_shot(out, frames=args.frames, fps=args.fps, kind=args.kind)
     write_json_atomic(out / "report.json", report.to_dict())
     print(f"demo: {report.frames} frames of {args.kind!r} retargeted onto the demo character; "
           f"foot skate {_fmt(report.foot_skate_cm_before)} -> "
@@ -153,7 +153,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_train_skin(args: argparse.Namespace) -> int:
-    from .addon.blender.train_skin import DEFAULT_CACHE, TrainRequest, train_skin
+    from .addon.blender.skin.train import DEFAULT_CACHE, TrainRequest, train_skin
 
     check_distinct({"--out": args.out, "--cache": args.cache or DEFAULT_CACHE},
                    {"--character": None if args.character == "demo" else args.character,
@@ -168,10 +168,19 @@ def cmd_train_skin(args: argparse.Namespace) -> int:
                        python=args.python, cache=Path(args.cache) if args.cache
                        else DEFAULT_CACHE, frames_per_clip=args.frames_per_clip,
                        samples=args.samples, steps=args.steps, temporal=args.temporal)
-    return train_skin(req, progress=bar)
+    return train_skin(req, progress=bar, characters={"demo": _demo_character})
 
 
-MIN_SIZE, MAX_SIZE = 16, 8192  # as the passes allow (addon/blender/passes_output.py)
+def _demo_character():
+    """``--character demo``: the procedural demo character in its lit scene."""
+    from .demo.character import build_demo_character, setup_demo_scene
+
+    arm = build_demo_character()
+    setup_demo_scene(arm)
+    return arm
+
+
+MIN_SIZE, MAX_SIZE = 16, 8192  # as the passes allow (addon/blender/passes/output.py)
 
 
 def _shown(text: str) -> str:
@@ -200,9 +209,9 @@ def _parse_passes(text: str) -> tuple[str, ...]:
 
 def cmd_passes(args: argparse.Namespace) -> int:
 
-    from .addon.blender.passes import PassOptions, make_passes, pass_file, split_passes_out
-    from .addon.core.frame_patterns import blend_relative
-    from .addon.core.raster import tune_allocator
+    from .addon.blender.passes.render import PassOptions, make_passes, pass_file, split_passes_out
+    from .addon.core.files.frame_patterns import blend_relative
+    from .addon.core.passes.raster import tune_allocator
 
     tune_allocator()  # a render process of our own: keep freed memory (see raster.py)
 
@@ -282,15 +291,15 @@ def _parse_options(text: str | None) -> dict:
 def cmd_restyle(args: argparse.Namespace) -> int:
     import signal
 
-    from .addon.blender.client import BackendError, BackendUnavailable, check_url
-    from .addon.blender.image_io import read_image
-    from .addon.blender.restyle import (
+    from .addon.blender.client.backend_client import BackendError, BackendUnavailable, check_url
+    from .addon.blender.passes.image_io import read_image
+    from .addon.blender.restyle.loop import (
         restyle_shot,
         result_path,
         start_local_backend,
         stop_local_backend,
     )
-    from .addon.blender.restyle_output import frame_names
+    from .addon.blender.restyle.output import frame_names
 
     check_url(args.url, args.keys)  # before anything is written into --out
     _check_shot(args)
@@ -402,7 +411,7 @@ def _restyle_settings(args: argparse.Namespace, scene, options: dict, refs: list
              "size": _parse_size(args.size) if args.size is not None else None}
     base: dict = dict(RESTYLE_DEFAULTS, options={}, refs=[])
     if args.from_scene:
-        from .addon.blender.restyle_settings import saved_settings
+        from .addon.blender.restyle.settings import saved_settings
 
         try:
             base.update(saved_settings(scene))
@@ -423,8 +432,8 @@ def _restyle_names(args: argparse.Namespace):
     """How ``restyle`` names its frames: ``--frame-pattern`` inside OUT/restyled, or a
     render-output path as ``--out`` (``/farm/sh010/shot_####.png``: its folder becomes
     the output folder, holding the frames themselves). ``//`` is the shot's folder."""
-    from .addon.blender.restyle_output import DEFAULT_FRAMES, RESTYLED, frames_pattern
-    from .addon.core.frame_patterns import blend_relative, split_output_path
+    from .addon.blender.restyle.output import DEFAULT_FRAMES, RESTYLED, frames_pattern
+    from .addon.core.files.frame_patterns import blend_relative, split_output_path
 
     args.out = blend_relative(args.out, args.shot)
     folder, names = split_output_path(args.out, ".png", "--out")

@@ -121,7 +121,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_broker(args: argparse.Namespace) -> int:
-    from .broker import Broker, BrokerConfig
+    from .broker.service import Broker, BrokerConfig
 
     _logging(args.verbose)
     _check_limits(args)

@@ -1,7 +1,7 @@
 """``painted-skin doctor``: what this Python will use as a backend, and what it lacks.
 
 Runs in the backend's own Python (directly, or as the subprocess behind the
-Preferences' *Check*, :mod:`..addon.core.backend_probe`), so both report the same
+Preferences' *Check*, :mod:`..addon.core.backend.probe`), so both report the same
 facts: package versions, the torch device and dtype, the onnxruntime execution
 providers that really *load* (each is given a tiny session: onnxruntime lists the
 CUDA provider whenever it was built with it, and falls back to the CPU quietly when
@@ -24,8 +24,8 @@ import shutil
 import sys
 from typing import Any
 
-from ..addon.core.backend_probe import GPU_HINTS, PACKAGES, REQUIRED
-from ..addon.core.backend_probe import report_lines as lines
+from ..addon.core.backend.probe import GPU_HINTS, PACKAGES, REQUIRED
+from ..addon.core.backend.probe import report_lines as lines
 
 CPU, CUDA, TRT = "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"
 PROVIDERS = (TRT, CUDA, CPU)
@@ -382,7 +382,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print the report; 0 when echo and skin can run (and ``--device`` is usable)."""
     if getattr(args, "python", None):
-        from ..addon.core.backend_probe import probe_python
+        from ..addon.core.backend.probe import probe_python
 
         res = probe_python(args.python, device=args.device)
         if res.facts is None:

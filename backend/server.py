@@ -40,6 +40,7 @@ from .. import wire
 from ..wire import E_CANCELLED, SERVER_NAME, Message, ProtocolError, error, reply
 from ..wire import clean as _clean
 from . import auth, pipelines, quotas
+from .broker.worker_link import WorkerLink
 from .compute import (
     MAX_PIPELINES,
     ComputeThread,
@@ -56,7 +57,6 @@ from .serve_config import ServeConfig
 from .sessions import PASSES, Sessions
 from .shm_grants import ShmGrants
 from .sockets import send_nowait, tune_socket
-from .worker_link import WorkerLink
 
 # Kept importable from here (tests and callers use these names).
 __all__ = ["E_CANCELLED", "MAX_PIPELINES", "PASSES", "Job", "ResultCache", "ServeConfig",

@@ -15,18 +15,18 @@ from pathlib import Path
 import bpy
 import numpy as np
 
-from ..addon.blender.passes import PassOptions, iter_frames
-from ..addon.blender.retarget_api import retarget_clip
+from ..addon.blender.passes.geometry import ShotGeometry
+from ..addon.blender.passes.render import PassOptions, iter_frames
+from ..addon.blender.retarget.api import retarget_clip
 from ..addon.blender.session import reset_scene
-from ..addon.blender.shot_geometry import ShotGeometry
-from ..addon.core import jit
+from ..addon.core.passes import jit
 
 PASSES = ("depth", "normal", "mask", "skeleton", "motion")
 
 
 def _demo_shot(tmp: Path, frames: int) -> bpy.types.Scene:
+    from ..addon.motion import write_clip
     from ..demo.character import build_demo_character, setup_demo_scene
-    from ..demo.motion import write_clip
 
     reset_scene()
     arm = build_demo_character()

@@ -30,19 +30,19 @@ import bpy
 import numpy as np
 from mathutils import Matrix
 
-from ..addon.blender.armature_io import read_motion, read_skeleton
-from ..addon.blender.importers import imported_clip
-from ..addon.blender.retarget_api import read_bvh_source, retarget_clip
-from ..addon.blender.retarget_modal import RetargetJob
+from ..addon.blender.retarget.api import read_bvh_source, retarget_clip
+from ..addon.blender.retarget.armature_io import read_motion, read_skeleton
+from ..addon.blender.retarget.importers import imported_clip
+from ..addon.blender.retarget.modal import RetargetJob
 from ..addon.blender.session import reset_scene
 from ..addon.core.bonemap import auto_map
-from ..addon.core.reference_pose import reference_frames
-from ..addon.core.retarget import RetargetOptions, leg_length
-from ..addon.core.skeleton import rotations
+from ..addon.core.retarget.reference_pose import reference_frames
+from ..addon.core.retarget.solve import RetargetOptions, leg_length
+from ..addon.core.rig.skeleton import rotations
 
 
 def _clip(tmp: Path, frames: int) -> Path:
-    from ..demo.motion import write_clip
+    from ..addon.motion import write_clip
 
     path = tmp / "long_walk.bvh"
     write_clip(path, "walk", frames=frames, fps=120.0, convention="cmu")

@@ -35,11 +35,11 @@ from pathlib import Path
 import bpy
 import numpy as np
 
-from ..addon.blender import skin_dataset as D
-from ..addon.blender.passes import PassOptions, iter_frames
-from ..addon.blender.retarget_api import retarget_clip
+from ..addon.blender.passes.geometry import ShotGeometry
+from ..addon.blender.passes.render import PassOptions, iter_frames
+from ..addon.blender.retarget.api import retarget_clip
 from ..addon.blender.session import reset_scene
-from ..addon.blender.shot_geometry import ShotGeometry
+from ..addon.blender.skin import dataset as D
 from ..backend.evaluate import metrics
 from ..backend.skin import features, runtime
 from ..backend.skin.baselines import PartMean, UVLookup
@@ -129,7 +129,7 @@ def training_frames(info: ModelInfo, arm: bpy.types.Object, fingerprint: dict
         frames = _load_training(info.train, fingerprint)
         if frames:
             return frames, f"the model's training set ({len(frames)} frames, {info.train})"
-    from ..addon.blender.train_skin import DEFAULT_CACHE
+    from ..addon.blender.skin.train import DEFAULT_CACHE
 
     spec = D.DatasetSpec(size=info.size, frames_per_clip=FALLBACK_FRAMES_PER_CLIP,
                          samples=info.samples)
@@ -152,7 +152,7 @@ def _real_clip() -> Path | None:
 def _generated_shot(arm: bpy.types.Object, tmp: Path, kind: str, seed: int,
                     frames: int) -> list[int]:
     """Retarget a generated clip (one spare frame each side for the motion pass)."""
-    from ..demo.motion import write_clip
+    from ..addon.motion import write_clip
 
     clip = write_clip(tmp / f"{kind}_{seed}.bvh", kind, frames=frames + 2, fps=FPS, seed=seed)
     retarget_clip(clip, arm)

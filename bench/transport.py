@@ -42,7 +42,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 
-from ..addon.blender.client import BackendClient
+from ..addon.blender.client.backend_client import BackendClient
 from ..backend.pipelines.echo import echo_image
 
 PNG_LEVEL = 6  # PIL's default compress_level (what the A1111 API encodes with)

@@ -1,13 +1,9 @@
-"""The demo: a procedural character (``character*``), generated motions (``motion*``),
-spring bones (``spring*``) and painted textures (``texture*``), and ``painted-skin demo``'s
-runner (``run``). Scripts and tests build on the character and motions; the add-on's
-skin-model training renders the motions; bone-map presets and skin models stay in
-``rigs/``.
-
-Importing this package loads nothing: the runner's names (``run_demo``, …) load with
-``run`` on first use, so ``import painted_skin.demo.motion`` needs neither bpy nor the
-runner. The modules may import ``addon/core`` and the add-on's bpy layer (ARCHITECTURE.md).
-"""
+"""The demo: what makes the demo shot. The procedural character (``character``: skeleton,
+body, UV charts, the spring-baked cape), its painted atlas (``textures``), the shot
+itself (``shot``) and ``painted-skin demo``'s runner (``run``). Importing this package
+loads nothing: the runner's names (``run_demo``, …) load with ``run`` on first use. The
+modules may import ``addon/core``, ``addon/motion`` and the bpy layer; of the package,
+only the entry points, benchmarks and tools import them (ARCHITECTURE.md)."""
 
 from __future__ import annotations
 

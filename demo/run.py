@@ -22,8 +22,8 @@ from pathlib import Path
 import bpy
 import numpy as np
 
-from ..addon.blender.image_io import read_image, write_png
-from ..addon.core.atomic import write_json_atomic, write_text_atomic
+from ..addon.blender.passes.image_io import read_image, write_png
+from ..addon.core.files.atomic import write_json_atomic, write_text_atomic
 
 Bar = Callable[[str, int], Callable[[int, int, int], None] | None]
 SHEET_FRAMES = 6
@@ -148,11 +148,11 @@ def write_contact_sheet(out: Path, frames: list[int], passes: Path, painted: Pat
 def run_demo(out: Path, frames: int = 48, fps: float = 24.0, kind: str = "wave",
              model: str = "demo", bar: Bar | None = None) -> dict:
     """Everything above into ``out``; returns what went into ``metrics.json``."""
-    from ..addon.blender.passes import PassOptions, make_passes
-    from ..addon.blender.restyle import restyle_shot, start_local_backend, stop_local_backend
-    from ..addon.blender.session import build_demo_shot
-    from ..addon.blender.skin_dataset import TRAIN_CLIPS, beauty_settings, render_beauty
+    from ..addon.blender.passes.render import PassOptions, make_passes
+    from ..addon.blender.restyle.loop import restyle_shot, start_local_backend, stop_local_backend
+    from ..addon.blender.skin.dataset import TRAIN_CLIPS, beauty_settings, render_beauty
     from ..backend.evaluate.score import score
+    from .shot import build_demo_shot
 
     folder, report = model_folder(model)
     dataset = report.get("dataset", {})

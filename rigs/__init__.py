@@ -1,5 +1,3 @@
-"""The project's skeleton data: the bone-map preset TOML files (``presets/``) and the
-skin models (``skin_models/``); ``humanoid`` and ``presets`` re-export what moved to
-``addon/core``, and ``character*``, ``motion*``, ``spring*`` and ``texture*`` what moved
-to the ``demo`` package, each for one release. It may import ``addon/core`` and ``demo``;
-nothing in ``addon/core``, ``wire`` or ``backend`` imports it (ARCHITECTURE.md)."""
+"""The project's rig data, no code: the bone-map preset TOML files (``presets/``, read by
+:mod:`painted_skin.addon.core.bonemap.presets`) and the embedded skin models
+(``skin_models/``, listed in the backend's ``skin/registry.toml``)."""

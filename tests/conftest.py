@@ -7,7 +7,8 @@ shared memory), ``server/`` (the backend process, run from the bpy venv: no torc
 ``blender/`` (the bpy layer against the real bpy module), ``system/`` (the CLI, the
 extension zip, farms, docs, real data) and ``backend/`` (torch, diffusers, onnxruntime:
 run with the backend's own venv). Test modules import helpers from one another by module
-name (``from test_backend_server import Client``), so every group folder is on the path.
+name (``from test_backend_server import Client``), so every folder of tests is on the path;
+the big groups hold rooms that mirror the code's (``blender/passes/``, ``backend/onnx/``).
 """
 
 from __future__ import annotations
@@ -23,9 +24,8 @@ _RES = tempfile.mkdtemp(prefix="painted-skin-blender-")
 os.environ.setdefault("BLENDER_USER_RESOURCES", _RES)
 
 REPO = Path(__file__).resolve().parents[1]
-GROUPS = ("core", "demo", "wire", "server", "blender", "system", "backend")
-for _group in GROUPS:
-    _folder = str(Path(__file__).resolve().parent / _group)
+# Every folder of test modules, rooms inside a group included (tests/blender/passes/…).
+for _folder in sorted({str(p.parent) for p in Path(__file__).resolve().parent.rglob("test_*.py")}):
     if _folder not in sys.path:
         sys.path.insert(0, _folder)
 SHARED_DATA = Path(os.environ.get("PAINTED_SKIN_SHARED", REPO.parent / "shared")) / "data"
@@ -55,10 +55,10 @@ def demo_walk_blend(folder: Path, frames: int) -> Path:
     """Save a real shot: the demo character walking ``frames`` frames at 24 fps,
     with the demo camera following it. Used by the passes and restyle tests."""
     import bpy
+    from painted_skin.addon import motion as gen
     from painted_skin.addon.blender.blend_files import save_blend_atomic
-    from painted_skin.addon.blender.retarget_api import retarget_clip
-    from painted_skin.rigs import motion as gen
-    from painted_skin.rigs.character import build_demo_character, setup_demo_scene
+    from painted_skin.addon.blender.retarget.api import retarget_clip
+    from painted_skin.demo.character import build_demo_character, setup_demo_scene
 
     bpy.ops.wm.read_factory_settings(use_empty=True)
     arm = build_demo_character()

@@ -42,7 +42,7 @@ def _frames_written(folder: Path) -> dict[str, int]:
 
 def check_passes(ctx: Context, check: Check, cancel_after: int | None,
                  how: str = "button") -> Steps:
-    pui = ctx.addon.mod("passes_ui")
+    pui = ctx.addon.mod("passes.ui")
     frames = ctx.args.frames if cancel_after is None else ctx.args.frames * 4
     folder = check.name  # a folder per check: a second cancelled run must not resume
     _passes_setup(ctx, folder, frames)
@@ -96,7 +96,7 @@ def check_passes(ctx: Context, check: Check, cancel_after: int | None,
 def check_backend_status(ctx: Context, check: Check) -> Steps:
     """The Backend section's heartbeat: drawing the panel starts the status timer, whose
     pings (none answer here) end in a clear line, without freezing the UI."""
-    status = ctx.addon.mod("backend_status")
+    status = ctx.addon.mod("restyle.backend_status")
     redraw()
     yield from wait_until(check, lambda: bpy.app.timers.is_registered(status.tick),
                           lambda: status.LINE["text"], 10, "the status timer to start")
@@ -109,7 +109,7 @@ def check_backend_status(ctx: Context, check: Check) -> Steps:
 
 
 def check_backend_start(ctx: Context, check: Check) -> Steps:
-    status, ui = ctx.addon.mod("backend_status"), ctx.addon.mod("restyle_ui")
+    status, ui = ctx.addon.mod("restyle.backend_status"), ctx.addon.mod("restyle.ui")
     prefs = bpy.context.preferences.addons[ctx.addon.package].preferences
     prefs.python = ""
     try:  # the button's error report reaches a script as a RuntimeError
@@ -163,7 +163,7 @@ def check_restyle(ctx: Context, check: Check, cancel_after: int | None,
                   how: str = "button") -> Steps:
     """Restyle Shot through the local backend's echo pipeline: "n/N frames" in the panel,
     the restyled frames on disk; or Cancel after ``cancel_after`` frames."""
-    panel = ctx.addon.mod("restyle_panel")
+    panel = ctx.addon.mod("restyle.panel")
     if not ctx.backend_up:
         check.details["skipped"] = "no local backend (see backend_start)"
         return
@@ -215,7 +215,7 @@ def check_restyle(ctx: Context, check: Check, cancel_after: int | None,
 
 
 def check_backend_stop(ctx: Context, check: Check) -> Steps:
-    ui = ctx.addon.mod("restyle_ui")
+    ui = ctx.addon.mod("restyle.ui")
     if not ui.LOCAL.running():
         check.details["skipped"] = "no local backend running"
         return
@@ -228,7 +228,7 @@ def check_backend_stop(ctx: Context, check: Check) -> Steps:
 def check_train(ctx: Context, check: Check, cancel: bool, how: str = "button") -> Steps:
     """Train Skin Model on the saved shot (a tiny budget): the panel's status line over
     the ticks, and the child's end; or Cancel (Ctrl-C to the trainer) once it reports."""
-    skin = ctx.addon.mod("skin_ui")
+    skin = ctx.addon.mod("skin.ui")
     if not ctx.args.backend_python:
         check.details["skipped"] = "no --backend-python (the trainer needs torch)"
         return
@@ -285,7 +285,7 @@ def check_train(ctx: Context, check: Check, cancel: bool, how: str = "button") -
 def check_open_file_while_running(ctx: Context, check: Check) -> Steps:
     """File > New while a retarget runs: Blender ends the modal (its cancel()); the
     panel of the new file offers Retarget again, nothing is left running."""
-    ops, pui = ctx.addon.mod("operators"), ctx.addon.mod("passes_ui")
+    ops, pui = ctx.addon.mod("retarget.operators"), ctx.addon.mod("passes.ui")
     arm = ctx.armature
     if not check.expect(arm is not None, "no character (the retarget check failed)"):
         return
@@ -304,8 +304,8 @@ def check_open_file_while_running(ctx: Context, check: Check) -> Steps:
 def check_undo_while_running(ctx: Context, check: Check) -> Steps:
     """Ctrl+Z over the viewport while a retarget runs: no crash, it ends with a report,
     and Retarget is offered again."""
-    ops = ctx.addon.mod("operators")
-    importers = ctx.addon.mod("importers")
+    ops = ctx.addon.mod("retarget.operators")
+    importers = ctx.addon.mod("retarget.importers")
     with bpy.context.temp_override(**ui_context()):
         arm = importers.import_character(ctx.args.character)
     s = bpy.context.scene.painted_skin_retarget

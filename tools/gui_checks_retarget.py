@@ -36,7 +36,7 @@ def check_sidebar(ctx: Context, check: Check) -> Steps:
     check.expect(region.active_panel_category == "Painted Skin",
                  f"the sidebar shows {region.active_panel_category!r}, not Painted Skin")
     pkg = ctx.addon.package
-    check.details["restyle_loaded"] = f"{pkg}.addon.blender.restyle_ui" in sys.modules
+    check.details["restyle_loaded"] = f"{pkg}.addon.blender.restyle.ui" in sys.modules
     check.expect(check.details["restyle_loaded"], "the Restyle step did not load "
                  "(the bundled pyzmq wheel?)")
     ctx.screens.take("sidebar")
@@ -44,8 +44,8 @@ def check_sidebar(ctx: Context, check: Check) -> Steps:
 
 
 def check_retarget(ctx: Context, check: Check) -> Steps:
-    ops, scene = ctx.addon.mod("operators"), bpy.context.scene
-    importers = ctx.addon.mod("importers")
+    ops, scene = ctx.addon.mod("retarget.operators"), bpy.context.scene
+    importers = ctx.addon.mod("retarget.importers")
     for name in ("Cube", "Camera"):  # the factory scene's: Add Camera frames the character
         if name in bpy.data.objects:
             bpy.data.objects.remove(bpy.data.objects[name])
@@ -96,7 +96,7 @@ def _retarget_started(ctx: Context, check: Check, timeout: float
                       ) -> Generator[float, None, Callable[[], str | None] | None]:
     """Press Retarget and wait for its first stage to run; the function giving the
     panel's progress text (None: it did not start as a background job)."""
-    ops = ctx.addon.mod("operators")
+    ops = ctx.addon.mod("retarget.operators")
     result = call(bpy.ops.painted_skin.retarget, "INVOKE_DEFAULT")
     if not check.expect("RUNNING_MODAL" in result, f"invoke returned {sorted(result)}"):
         return None
@@ -114,7 +114,7 @@ def _stop_a_retarget(ctx: Context, check: Check, stop: Callable[[], object], how
                      ) -> Steps:
     """Start a retarget, ``stop()`` it once its first stage has run: the armature keeps
     its Action, no Action is left behind, the panel says it was cancelled."""
-    ops, arm = ctx.addon.mod("operators"), ctx.armature
+    ops, arm = ctx.addon.mod("retarget.operators"), ctx.armature
     if not check.expect(arm is not None and arm.animation_data is not None
                         and arm.animation_data.action is not None,
                         "no previous Action to keep (the retarget check failed)"):
@@ -242,7 +242,7 @@ def check_browser_cancel(ctx: Context, check: Check) -> Steps:
 
 
 def check_batch(ctx: Context, check: Check, cancel_at: int | None) -> Steps:
-    ops, arm = ctx.addon.mod("operators"), ctx.armature
+    ops, arm = ctx.addon.mod("retarget.operators"), ctx.armature
     if not check.expect(arm is not None, "no character (the retarget check failed)"):
         return
     n_actions = len(bpy.data.actions)

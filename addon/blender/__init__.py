@@ -1,6 +1,7 @@
-"""The add-on's thin bpy layer: reading armatures and writing Actions, importers,
-retargeting, the fast and Cycles passes, the restyle loop, the backend client, saving
-and opening shots, the skin model's dataset and training, operators, panels and
-registration. Only this layer imports bpy; the maths stays in :mod:`..core`. It may
-import ``addon/core``, ``wire`` and ``rigs`` — never ``backend`` (it starts a backend by
-module name in another process) and never the CLI (ARCHITECTURE.md)."""
+"""The add-on's thin bpy layer, one room per workflow step: ``retarget``, ``passes``,
+``restyle``, ``client`` (the backend client) and ``skin`` (the skin model's training),
+with registration, preferences, saving and opening shots (``blend_files``) and headless
+jobs (``session``) beside them. Only this layer imports bpy; the maths stays in
+:mod:`..core`. It may import ``addon/core``, ``addon/motion`` and ``wire``; never
+``backend`` (it starts one by module name in another process), never ``demo`` and never
+the CLI (ARCHITECTURE.md)."""

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import bpy
 
-from ..core.atomic import output_target, replace_atomic
-from ..core.frame_ranges import Frames, check_in_scene, parse_frames
-from .importers import held_output
+from ..core.files.atomic import output_target, replace_atomic
+from ..core.files.frame_ranges import Frames, check_in_scene, parse_frames
+from .retarget.importers import held_output
 
 
 class ShotFileError(ValueError):
@@ -66,7 +66,7 @@ def use_camera(scene: bpy.types.Scene, name: str) -> None:
     """``--camera``: "auto" adds a camera following the character (not saved into
     the .blend); another value names the camera object to render through."""
     if name == "auto":
-        from .auto_camera import add_follow_camera
+        from .passes.auto_camera import add_follow_camera
 
         add_follow_camera(scene)
         return

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import bpy
 
-from ..core.atomic import UnwritableOutput, check_writable
-from ..core.frame_patterns import FramePattern
+from ..core.files.atomic import UnwritableOutput, check_writable
+from ..core.files.frame_patterns import FramePattern
 
 # StringProperty options for an output folder: "//" paths are legal (no warning)
 PATH_OPTIONS = {"PATH_SUPPORTS_BLEND_RELATIVE"}
@@ -31,7 +31,7 @@ def passes_output(value: str) -> tuple[Path, FramePattern]:
     ``//render/passes/shot_####`` (see :func:`.passes_output.split_passes_out`), as the
     absolute, writable folder and the names of each frame's files. A bad pattern is
     refused before the folder is made."""
-    from .passes_output import split_passes_out
+    from .passes.output import split_passes_out
 
     folder, names = split_passes_out(value)
     return output_folder(folder, "passes"), names

@@ -7,7 +7,7 @@ from __future__ import annotations
 import bpy
 from bpy.props import StringProperty
 
-from ..core.backend_probe import probe_python
+from ..core.backend.probe import probe_python
 
 DEFAULT_URL = "tcp://127.0.0.1:5555"
 # The last Check's result, per Python path (drawn by the preferences and the panel).

@@ -9,8 +9,11 @@ add-on registers and the Restyle panel explains what is missing.
 
 from __future__ import annotations
 
-from . import operators, panel, passes_ui, preferences, props, skin_ui
+from . import preferences
 from .classes import register_classes, unregister_classes
+from .passes import ui as passes_ui
+from .retarget import operators, panel, props
+from .skin import ui as skin_ui
 
 # The steps that need no network, in registration order (a PropertyGroup before what
 # points at it).
@@ -25,11 +28,11 @@ _REGISTERED: dict = {}
 
 def _restyle_ui():
     """The Restyle step's module, or None when its network layer cannot load (then
-    :mod:`.restyle_unavailable` says why, in its place)."""
+    :mod:`.restyle.unavailable` says why, in its place)."""
     try:
-        from . import restyle_ui
+        from .restyle import ui as restyle_ui
     except ImportError as e:  # e.g. "No module named 'zmq'": the bundled wheel is absent
-        from . import restyle_unavailable
+        from .restyle import unavailable as restyle_unavailable
 
         restyle_unavailable.register(f"{type(e).__name__}: {e}")
         _REGISTERED["unavailable"] = restyle_unavailable

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import bpy
 
-from ..core.retarget import RetargetOptions
-from .blend_files import ShotFileError, open_shot, save_blend_atomic
-from .importers import ImportFailed, import_character
-from .retarget_api import RetargetError, RetargetReport, retarget_clip
+from ..core.retarget.solve import RetargetOptions
+from .retarget.api import RetargetError, RetargetReport, retarget_clip
+from .retarget.importers import ImportFailed, import_character
 
 
 def reset_scene() -> None:
@@ -79,28 +77,3 @@ def retarget_files(
     if progress:
         progress(len(clips), "done")
     return reports
-
-
-def build_demo_shot(out: Path, frames: int = 96, fps: float = 24.0,
-                    kind: str = "walk") -> RetargetReport:
-    """The demo: procedural character + generated clip -> ``out/shot.blend``."""
-    from ...demo.character import bake_spring_bones, build_demo_character, setup_demo_scene
-    from ...demo.motion import write_clip
-
-    out.mkdir(parents=True, exist_ok=True)
-    reset_scene()
-    arm = build_demo_character()
-    setup_demo_scene(arm)
-    with tempfile.TemporaryDirectory() as tmp:
-        clip = Path(tmp) / f"{kind}.bvh"
-        write_clip(clip, kind, frames=frames, fps=fps, convention="cmu")
-        report = retarget_clip(clip, arm)
-    start, end = bpy.context.scene.frame_start, bpy.context.scene.frame_end
-    bake_spring_bones(arm, (start, end))
-    save_blend_atomic(out / "shot.blend")
-    return report
-
-
-# ShotFileError and open_shot live in blend_files; old imports from here keep working.
-__all__ = ["ShotFileError", "build_demo_shot", "open_shot", "reset_scene", "retarget_files",
-           "stash_action"]

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from ...addon.core import encodings
+from ...addon.core.passes import encodings
 from ..pipelines.base import Cancelled, StepCallback
 from . import temporal
 from .components import (

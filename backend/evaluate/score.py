@@ -23,12 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ...addon.core.atomic import check_writable, read_json, write_json_atomic
-from ...addon.core.encodings import CONVENTIONS
+from ...addon.core.files.atomic import check_writable, read_json, write_json_atomic
+from ...addon.core.passes.encodings import CONVENTIONS
 from . import metrics
 from .images import UnreadableImage, read_exr, read_png
 
-RESTYLED = "restyled"  # restyle's output sub-folder (addon/blender/restyle.py)
+RESTYLED = "restyled"  # restyle's output sub-folder (addon/blender/restyle/loop.py)
 BEAUTY, MASK, DEPTH, MOTION = "beauty", "mask", "depth", "motion"
 JSON_NAME = "score.json"
 DESCRIPTION = "compare an image sequence with a reference inside the character mask"

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from ...addon.core.atomic import TMP_MARK, plain_mode, write_json_atomic
+from ...addon.core.files.atomic import TMP_MARK, plain_mode, write_json_atomic
 from . import FORMAT_VERSION, features
 from .model import SkinNet
 

@@ -2,7 +2,7 @@
 
 A TOML file (``$PAINTED_SKIN_SKIN_MODELS``, else ``registry.toml`` beside this
 module) lists ``[models.NAME] path = "..."``; relative paths are read from the
-file's folder (:mod:`addon.core.skin_registry` reads it, for the add-on too).
+file's folder (:mod:`addon.core.backend.skin_registry` reads it, for the add-on too).
 Clients send names, so they can never point the backend at a path of their choosing.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ...addon.core.skin_registry import REGISTRY_ENV, RegistryError, read_registry
+from ...addon.core.backend.skin_registry import REGISTRY_ENV, RegistryError, read_registry
 
 DEFAULT_REGISTRY = Path(__file__).with_name("registry.toml")
 ENV = REGISTRY_ENV

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...addon.core.atomic import output_target, replace_atomic, temp_file_for
+from ...addon.core.files.atomic import output_target, replace_atomic, temp_file_for
 from . import features, sampling
 from .model import SkinNet, model_config, reconstruction_loss, ssim_map
 

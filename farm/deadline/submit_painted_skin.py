@@ -51,7 +51,7 @@ def plugin_info(blender: str, arguments: str) -> dict[str, str]:
 
 def is_chained(command: str, extra: list[str]) -> bool:
     """A restyle whose frames depend on the ones before (as ``is_chained`` in
-    addon/blender/restyle_output.py): every pipeline but echo, unless temporal is false."""
+    addon/blender/restyle/output.py): every pipeline but echo, unless temporal is false."""
     if command != "restyle":
         return False
 

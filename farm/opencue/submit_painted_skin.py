@@ -42,7 +42,7 @@ def frame_count(frames: str) -> int:
 
 def is_chained(command: str, extra: list[str]) -> bool:
     """A restyle whose frames depend on the ones before (as ``is_chained`` in
-    addon/blender/restyle_output.py): every pipeline but echo, unless temporal is false."""
+    addon/blender/restyle/output.py): every pipeline but echo, unless temporal is false."""
     if command != "restyle":
         return False
 

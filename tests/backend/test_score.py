@@ -508,7 +508,7 @@ def real_passes(tmp_path_factory) -> Path:
     """Fast-engine passes of 8 frames of the demo walk at 96x96 (bpy venv only)."""
     bpy = pytest.importorskip("bpy")
     from conftest import demo_walk_blend
-    from painted_skin.addon.blender.passes import PassOptions, make_passes
+    from painted_skin.addon.blender.passes.render import PassOptions, make_passes
 
     folder = tmp_path_factory.mktemp("score")
     bpy.ops.wm.open_mainfile(filepath=str(demo_walk_blend(folder, frames=12)))
@@ -519,7 +519,7 @@ def real_passes(tmp_path_factory) -> Path:
 
 
 def test_the_readers_agree_with_blenders_openimageio(real_passes: Path) -> None:
-    from painted_skin.addon.blender.image_io import read_image
+    from painted_skin.addon.blender.passes.image_io import read_image
 
     f = f"{REAL_FRAMES[3]:04d}"
     np.testing.assert_array_equal(read_exr(real_passes / "motion" / f"{f}.exr", MOTION),

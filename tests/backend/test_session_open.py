@@ -245,7 +245,7 @@ def test_tiny_diffusion_pipeline_is_loaded_before_the_first_frame(server, client
 def test_through_a_broker(slow) -> None:
     """A broker forwards the late OPENED, and a failed load's frame errors and OPEN
     error (frames first: the broker drops the session on the OPEN's error)."""
-    from painted_skin.backend.broker import Broker, BrokerConfig
+    from painted_skin.backend.broker.service import Broker, BrokerConfig
 
     broker = Broker(BrokerConfig(frontend="tcp://127.0.0.1:*", backend="tcp://127.0.0.1:*"))
     front, back = broker.bind()

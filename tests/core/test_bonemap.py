@@ -17,14 +17,14 @@ from painted_skin.addon.core.bonemap import (
     normalize_name,
     resolve_map,
 )
-from painted_skin.addon.core.humanoid import CORE, JOINT_BY_NAME, NAMES
-from painted_skin.addon.core.presets import get_preset, list_presets, load_preset
-from painted_skin.addon.core.skeleton import Skeleton
-from painted_skin.addon.core.transforms import quat_to_matrix
+from painted_skin.addon.core.bonemap.presets import get_preset, list_presets, load_preset
+from painted_skin.addon.core.rig.humanoid import CORE, JOINT_BY_NAME, NAMES
+from painted_skin.addon.core.rig.skeleton import Skeleton
+from painted_skin.addon.core.rig.transforms import quat_to_matrix
 
 # ---------------------------------------------------------------- synthetic humanoids
 
-# T-pose, metres, facing -Y, character's left +X (addon/core/humanoid.py conventions).
+# T-pose, metres, facing -Y, character's left +X (addon/core/rig/humanoid.py conventions).
 _BASE = {
     "hips": (0, 0, 1.0), "spine": (0, 0, 1.1), "chest": (0, 0, 1.24),
     "upperChest": (0, 0, 1.36), "neck": (0, 0, 1.5), "head": (0, 0, 1.6),
@@ -226,7 +226,7 @@ def test_preset_cache_sees_new_changed_and_removed_files(tmp_path, monkeypatch):
     import os
     import shutil
 
-    from painted_skin.addon.core import presets
+    from painted_skin.addon.core.bonemap import presets
 
     folder = tmp_path / "presets"
     shutil.copytree(presets.PRESET_DIR, folder)

@@ -18,7 +18,7 @@ from painted_skin.addon.core.bvh import (
     write_bvh,
     write_bvh_clip,
 )
-from painted_skin.addon.core.transforms import axis_angle_to_matrix
+from painted_skin.addon.core.rig.transforms import axis_angle_to_matrix
 
 SMALL = """HIERARCHY
 ROOT Hips
@@ -115,7 +115,7 @@ def test_write_parse_round_trip(tmp_path: Path) -> None:
     rng = np.random.default_rng(3)
     frames, n = 7, 4
     q = rng.normal(size=(frames, n, 4))
-    from painted_skin.addon.core.transforms import quat_to_matrix
+    from painted_skin.addon.core.rig.transforms import quat_to_matrix
 
     rots = quat_to_matrix(q)
     offsets = np.array([[0, 95, 0], [0, 10, 0], [8, -4, 0], [0, -40, 0.0]])
@@ -295,7 +295,7 @@ def _assert_matches_blender(bpy, path: Path, frames: list[int]) -> None:
 
 def test_fk_matches_blender_importer_generated(bpy_clean, tmp_path: Path) -> None:
     """A-pose clip: Y X Z channel order, root OFFSET at hip height, 52 bones."""
-    from painted_skin.rigs.motion import write_clip
+    from painted_skin.addon.motion import write_clip
 
     path = write_clip(tmp_path / "jump.bvh", "jump", frames=40, fps=30, convention="apose")
     _assert_matches_blender(bpy_clean, path, [0, 17, 39])
@@ -321,7 +321,7 @@ def _chain_bvh(joints: int) -> str:
 
 
 def test_joint_count_is_capped_before_blenders_importer(tmp_path: Path, bpy_clean) -> None:
-    from painted_skin.addon.blender.importers import ImportFailed, imported_clip
+    from painted_skin.addon.blender.retarget.importers import ImportFailed, imported_clip
     from painted_skin.addon.core.bvh import MAX_JOINTS
 
     assert parse_bvh(_chain_bvh(MAX_JOINTS)).num_joints == MAX_JOINTS

@@ -13,7 +13,7 @@ import pytest
 
 numba = pytest.importorskip("numba")
 
-from painted_skin.addon.core import jit  # noqa: E402
+from painted_skin.addon.core.passes import jit  # noqa: E402
 
 
 @pytest.fixture
@@ -23,7 +23,7 @@ def restore_jit():
 
 
 def _scene():
-    from painted_skin.addon.core.camera import Camera
+    from painted_skin.addon.core.passes.camera import Camera
 
     rng = np.random.default_rng(3)
     verts = rng.uniform(-1, 1, (60, 3)) + (0.0, 0.0, -4.0)
@@ -34,7 +34,7 @@ def _scene():
 
 def test_a_failing_kernel_falls_back_to_numpy_with_the_same_result(monkeypatch, restore_jit,
                                                                     caplog):
-    from painted_skin.addon.core import raster, raster_jit
+    from painted_skin.addon.core.passes import raster, raster_jit
 
     verts, tris, cam = _scene()
     monkeypatch.setenv("PAINTED_SKIN_JIT", "0")
@@ -53,7 +53,7 @@ def test_a_failing_kernel_falls_back_to_numpy_with_the_same_result(monkeypatch, 
 
 
 def test_a_cache_entry_that_cannot_load_falls_back(monkeypatch, restore_jit):
-    from painted_skin.addon.core import openpose_draw as D
+    from painted_skin.addon.core.openpose import draw as D
 
     kind = np.array([D.DISC, D.LINE])
     params = np.array([[10.0, 12, 4, 0, 0, 0], [2.0, 3, 30, 20, 2, 0]])
@@ -91,7 +91,7 @@ def test_a_function_numba_cannot_cache_still_compiles(monkeypatch):
 
 def test_switched_off_never_compiles():
     code = ("import numpy as np\n"
-            "from painted_skin.addon.core import openpose_draw as D\n"
+            "from painted_skin.addon.core.openpose import draw as D\n"
             "D.paint(np.zeros((8, 8, 3), np.uint8), np.array([0]), "
             "np.array([[4.0, 4, 2, 0, 0, 0]]), np.array([[9, 9, 9]], np.uint8))\n"
             "print(len(D._bounds.signatures), len(D._paint_jit.signatures))\n")

@@ -6,9 +6,9 @@ import json
 
 import numpy as np
 import pytest
-from painted_skin.addon.core import humanoid
 from painted_skin.addon.core import openpose as op
-from painted_skin.addon.core.camera import Camera
+from painted_skin.addon.core.passes.camera import Camera
+from painted_skin.addon.core.rig import humanoid
 
 # --------------------------------------------------------------------------- fixtures
 
@@ -332,7 +332,7 @@ def test_draw_hand_and_body25_input():
 # they replaced are kept here, verbatim in behaviour, and the fast paths must reproduce
 # them exactly: same pixels, same flags, same JSON values.
 
-jit_only = pytest.mark.skipif(not __import__("painted_skin.addon.core.jit",
+jit_only = pytest.mark.skipif(not __import__("painted_skin.addon.core.passes.jit",
                                               fromlist=["available"]).available(),
                               reason="numba not installed")
 
@@ -519,7 +519,7 @@ def test_draw_parts_on_a_painted_canvas_match_reference():
 
 @jit_only
 def test_paint_kernel_matches_numpy_path():
-    from painted_skin.addon.core import openpose_draw as odraw
+    from painted_skin.addon.core.openpose import draw as odraw
 
     rng = np.random.default_rng(11)
     n = 400

@@ -1,4 +1,4 @@
-"""The numpy rasteriser (addon/core/raster.py) against analytic answers."""
+"""The numpy rasteriser (addon/core/passes/raster.py) against analytic answers."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import time
 
 import numpy as np
 import pytest
-from painted_skin.addon.core.camera import Camera
-from painted_skin.addon.core.raster import (
+from painted_skin.addon.core.passes.camera import Camera
+from painted_skin.addon.core.passes.raster import (
     interpolate,
     motion_vectors,
     rasterize,
@@ -411,7 +411,7 @@ def test_huge_triangle_covers_the_screen() -> None:
 
 
 def test_batched_z_resolve_and_chunks_give_the_same_result(monkeypatch) -> None:
-    from painted_skin.addon.core import raster
+    from painted_skin.addon.core.passes import raster
 
     cam = _cam(w=64, h=48, f=60.0)
     v, tris = uv_sphere(20, 12)

@@ -1,4 +1,4 @@
-"""The compiled kernels (addon/core/raster_jit.py) give the numpy path's arrays."""
+"""The compiled kernels (addon/core/passes/raster_jit.py) give the numpy path's arrays."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from conftest import demo_walk_blend
-from painted_skin.addon.core import jit
-from painted_skin.addon.core.camera import Camera
+from painted_skin.addon.core.passes import jit
+from painted_skin.addon.core.passes.camera import Camera
 from test_raster import _cam, _cube, _grid_mesh, _unproject, uv_sphere
 
 pytestmark = pytest.mark.skipif(not jit.available(), reason="numba is not installed")
@@ -35,8 +35,8 @@ def numpy_path(monkeypatch):
 
 
 def _jit_raster(verts, tris, cam, cullable=None):
-    from painted_skin.addon.core import raster_jit
-    from painted_skin.addon.core.raster import Fragments
+    from painted_skin.addon.core.passes import raster_jit
+    from painted_skin.addon.core.passes.raster import Fragments
 
     return Fragments(*raster_jit.rasterize(verts, tris, cam, cullable))
 
@@ -74,7 +74,7 @@ def _soup(rng, cam: Camera, n: int, size: tuple[float, float], depth: tuple[floa
 def test_random_soups_match_numpy(seed: int, ortho: bool, numpy_path) -> None:
     """Tiny to huge triangles, some crossing the near plane or behind the camera, some
     beyond far, degenerate ones, non-finite vertices."""
-    from painted_skin.addon.core.raster import rasterize
+    from painted_skin.addon.core.passes.raster import rasterize
 
     cam = _cam(w=96, h=72, f=70.0 if not ortho else 12.0, near=0.3, far=9.0, ortho=ortho)
     rng = np.random.default_rng(seed)
@@ -100,7 +100,7 @@ def test_random_soups_match_numpy(seed: int, ortho: bool, numpy_path) -> None:
 
 @pytest.mark.parametrize("ortho", [False, True])
 def test_closed_meshes_and_camera_inside_match_numpy(ortho: bool, numpy_path) -> None:
-    from painted_skin.addon.core.raster import rasterize
+    from painted_skin.addon.core.passes.raster import rasterize
 
     cam = _cam(w=80, h=64, f=60.0 if not ortho else 20.0, near=0.05, ortho=ortho)
     v, tris = uv_sphere(40, 24)
@@ -113,7 +113,7 @@ def test_closed_meshes_and_camera_inside_match_numpy(ortho: bool, numpy_path) ->
 
 @pytest.mark.parametrize("ortho", [False, True])
 def test_culling_matches_rasterize_culled(ortho: bool, numpy_path) -> None:
-    from painted_skin.addon.blender.passes import rasterize_culled
+    from painted_skin.addon.blender.passes.render import rasterize_culled
 
     cam = _cam(w=80, h=64, f=60.0 if not ortho else 25.0, near=0.05, ortho=ortho)
     v, tris = uv_sphere(30, 20)
@@ -173,7 +173,7 @@ def test_closed_mesh_front_faces_cover_once() -> None:
 def test_exact_depth_ties_keep_the_first_triangle(numpy_path) -> None:
     """The one documented difference: coincident triangles (equal depths) -- the numpy
     path keeps one of them, the compiled one the lowest index; same depths."""
-    from painted_skin.addon.core.raster import rasterize
+    from painted_skin.addon.core.passes.raster import rasterize
 
     cam = _cam()
     verts = _unproject(np.array([[3.0, 2.0], [60.0, 9.0], [20.0, 44.0]]), 2.0, cam)
@@ -185,7 +185,7 @@ def test_exact_depth_ties_keep_the_first_triangle(numpy_path) -> None:
 
 
 def test_one_compiled_signature_whatever_the_input_dtypes() -> None:
-    from painted_skin.addon.core import raster_jit
+    from painted_skin.addon.core.passes import raster_jit
 
     cam = _cam()
     verts = _unproject(np.array([[3.0, 2.0], [60.0, 9.0], [20.0, 44.0]]), 2.0, cam)
@@ -199,7 +199,7 @@ def test_one_compiled_signature_whatever_the_input_dtypes() -> None:
 
 
 def test_empty_and_tiny_images() -> None:
-    from painted_skin.addon.core import raster_jit
+    from painted_skin.addon.core.passes import raster_jit
 
     cam = _cam()
     d, t, b = raster_jit.rasterize(np.zeros((0, 3)), np.zeros((0, 3), int), cam)
@@ -226,7 +226,7 @@ def _moved(cam: Camera, shift: tuple[float, float, float], yaw: float) -> Camera
 
 
 def _frame(positions: np.ndarray, tris: np.ndarray, cam: Camera, nrm_dtype=np.float32):
-    from painted_skin.addon.blender.shot_geometry import FrameGeometry
+    from painted_skin.addon.blender.passes.geometry import FrameGeometry
 
     v = positions[tris]
     n = np.cross(v[:, 1] - v[:, 0], v[:, 2] - v[:, 0])
@@ -243,7 +243,7 @@ def test_fast_frame_matches_numpy(ortho: bool, nrm_dtype, numpy_path) -> None:
     """``passes.fast_frame`` through the kernels == through numpy, for every subset of
     passes, with a previous / next frame or without, a next camera behind part of the
     mesh (zero motion there) and a moving, turning camera."""
-    from painted_skin.addon.blender.passes import fast_frame
+    from painted_skin.addon.blender.passes.render import fast_frame
 
     base = Camera(width=72, height=56, fx=60.0 if not ortho else 14.0, fy=60.0 if not ortho
                   else 14.0, cx=36.3, cy=27.9, near=0.1, far=50.0, ortho=ortho,
@@ -291,8 +291,8 @@ def demo_blend(tmp_path_factory) -> Path:
 
 def test_demo_frames_match_numpy(bpy_clean, demo_blend, numpy_path) -> None:
     """The real thing at 512x512: the kernels' passes == the numpy path's."""
-    from painted_skin.addon.blender.passes import fast_frame, rasterize_culled
-    from painted_skin.addon.blender.shot_geometry import ShotGeometry
+    from painted_skin.addon.blender.passes.geometry import ShotGeometry
+    from painted_skin.addon.blender.passes.render import fast_frame, rasterize_culled
 
     bpy_clean.ops.wm.open_mainfile(filepath=str(demo_blend))
     geo = ShotGeometry(bpy_clean.context.scene, 512, 512)
@@ -320,9 +320,9 @@ def test_demo_frames_match_numpy(bpy_clean, demo_blend, numpy_path) -> None:
 
 @pytest.mark.slow
 def test_benchmark_demo_frame_512(bpy_clean, demo_blend) -> None:
-    from painted_skin.addon.blender.passes import fast_frame
-    from painted_skin.addon.blender.shot_geometry import ShotGeometry
-    from painted_skin.addon.core.raster import tune_allocator
+    from painted_skin.addon.blender.passes.geometry import ShotGeometry
+    from painted_skin.addon.blender.passes.render import fast_frame
+    from painted_skin.addon.core.passes.raster import tune_allocator
 
     tune_allocator()
     bpy_clean.ops.wm.open_mainfile(filepath=str(demo_blend))

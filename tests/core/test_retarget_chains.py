@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from painted_skin.addon.core import transforms as T
+from painted_skin.addon import motion as gen
 from painted_skin.addon.core.bvh import bvh_to_skeleton_motion
-from painted_skin.addon.core.reference_pose import reference_frames
-from painted_skin.addon.core.retarget import RetargetOptions, retarget
-from painted_skin.addon.core.skeleton import Motion, Skeleton, basis_from_pose, forward_kinematics
-from painted_skin.rigs import motion as gen
+from painted_skin.addon.core.retarget.reference_pose import reference_frames
+from painted_skin.addon.core.retarget.solve import RetargetOptions, retarget
+from painted_skin.addon.core.rig import transforms as T
+from painted_skin.addon.core.rig.skeleton import (
+    Motion,
+    Skeleton,
+    basis_from_pose,
+    forward_kinematics,
+)
 
 EXACT = RetargetOptions(ground="keep", foot_lock=False)
 SPINE = ("spine", "chest", "upperChest")

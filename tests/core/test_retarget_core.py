@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from painted_skin.addon.core import transforms as T
+from painted_skin.addon import motion as gen
 from painted_skin.addon.core.bonemap import auto_map
 from painted_skin.addon.core.bvh import bvh_to_skeleton_motion
-from painted_skin.addon.core.reference_pose import reference_frames
-from painted_skin.addon.core.retarget import RetargetOptions, retarget
-from painted_skin.addon.core.skeleton import Motion, Skeleton, forward_kinematics
-from painted_skin.rigs import motion as gen
+from painted_skin.addon.core.retarget.reference_pose import reference_frames
+from painted_skin.addon.core.retarget.solve import RetargetOptions, retarget
+from painted_skin.addon.core.rig import transforms as T
+from painted_skin.addon.core.rig.skeleton import Motion, Skeleton, forward_kinematics
 
 EXACT = RetargetOptions(ground="keep", foot_lock=False)
 LIMBS = ("leftUpperArm", "leftLowerArm", "rightUpperArm", "rightLowerArm", "leftUpperLeg",
@@ -51,7 +51,7 @@ def joint_positions(result_world: np.ndarray) -> np.ndarray:
 
 def limb_directions(skel: Skeleton, world: np.ndarray, bone_map: dict) -> np.ndarray:
     """World direction of each LIMBS bone (head -> its canonical child's head)."""
-    from painted_skin.addon.core.humanoid import AIM_CHILD
+    from painted_skin.addon.core.rig.humanoid import AIM_CHILD
 
     out = []
     for c in LIMBS:
@@ -217,7 +217,7 @@ def test_forward_kinematics_in_place_and_layout():
     """The pose follows M[b] = M[p] @ local[b] @ basis[b]; it can overwrite its basis
     (read_motion does), and each bone's track is one contiguous block."""
     skel, motion, _ = clip("walk", "cmu", frames=30)
-    from painted_skin.addon.core.skeleton import basis_from_pose
+    from painted_skin.addon.core.rig.skeleton import basis_from_pose
 
     basis = basis_from_pose(skel, motion.pose)
     local = skel.local_rest()

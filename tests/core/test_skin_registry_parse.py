@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from painted_skin.addon.core import skin_registry as R
+from painted_skin.addon.core.backend import skin_registry as R
 
 
 def _write(path: Path, text: str) -> Path:
@@ -60,7 +60,7 @@ def test_a_missing_registry_names_the_variable(tmp_path) -> None:
 def test_backend_and_add_on_resolve_alike(tmp_path, monkeypatch) -> None:
     """The backend's registry and the add-on's copy of it give the same folders; the
     add-on keeps the entries before a bad one, the backend refuses the file."""
-    from painted_skin.addon.blender import local_backend
+    from painted_skin.addon.blender.client import local_backend
     from painted_skin.backend.skin import registry
 
     good = _write(tmp_path / "good.toml", '[models.a]\npath = "a"\n[models.b]\npath = "/b"\n')

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from painted_skin.addon.core import transforms as T
+from painted_skin.addon.core.rig import transforms as T
 
 RNG = np.random.default_rng(7)
 

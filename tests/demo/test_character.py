@@ -8,8 +8,8 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from painted_skin.addon.core import humanoid
-from painted_skin.rigs import spring
+from painted_skin.addon.core.rig import humanoid
+from painted_skin.demo.character import spring
 
 # --------------------------------------------------------------------------- helpers
 
@@ -30,7 +30,7 @@ def _weights(obj) -> tuple[list[str], np.ndarray]:
 
 
 def _snapshot(arm) -> dict:
-    from painted_skin.rigs import character
+    from painted_skin.demo import character
 
     body = next(c for c in arm.children if c.get("painted_skin_part") == "body")
     cape = next(c for c in arm.children if c.get("painted_skin_part") == "cape")
@@ -68,7 +68,7 @@ def _snapshot(arm) -> dict:
 def demo():
     """Two builds in one fresh session, read into plain arrays (safe across resets)."""
     import bpy
-    from painted_skin.rigs import character
+    from painted_skin.demo import character
 
     bpy.ops.wm.read_factory_settings(use_empty=True)
     t = time.perf_counter()
@@ -110,7 +110,7 @@ def test_weights_are_normalised_on_deform_bones(demo):
     np.testing.assert_allclose(w.sum(axis=1), 1.0, atol=1e-5)
     assert (np.count_nonzero(w, axis=1) <= 4).all()
     # No body vertex listens to the cape; the cape listens to the chain and its parent.
-    from painted_skin.rigs.character import CAPE_BONES, CAPE_PARENT
+    from painted_skin.demo.character import CAPE_BONES, CAPE_PARENT
 
     assert not set(a["groups"]) & set(CAPE_BONES)
     assert set(a["cape_groups"]) == {CAPE_PARENT, *CAPE_BONES}
@@ -141,7 +141,7 @@ def test_all_materials_used(demo):
 
 
 def test_bone_map_covers_the_humanoid(demo):
-    from painted_skin.rigs.character import CAPE_BONES, DEMO_BONE_MAP
+    from painted_skin.demo.character import CAPE_BONES, DEMO_BONE_MAP
 
     a, _ = demo
     wanted = set(humanoid.CORE) | {"chest", "upperChest", "neck"}
@@ -203,7 +203,7 @@ def test_rest_is_an_a_pose(demo):
 
 def test_posing_a_bone_deforms_the_mesh(bpy_clean):
     from mathutils import Quaternion
-    from painted_skin.rigs import character
+    from painted_skin.demo import character
 
     bpy = bpy_clean
     arm = character.build_demo_character()
@@ -232,7 +232,7 @@ def test_posing_a_bone_deforms_the_mesh(bpy_clean):
 
 def test_spring_bake_writes_keys_and_lags(bpy_clean):
     from bpy_extras import anim_utils
-    from painted_skin.rigs import character
+    from painted_skin.demo import character
 
     bpy = bpy_clean
     scene = bpy.context.scene
@@ -281,7 +281,7 @@ def test_spring_bake_writes_keys_and_lags(bpy_clean):
 
 
 def test_save_demo_blend(bpy_clean, tmp_path):
-    from painted_skin.rigs import character
+    from painted_skin.demo import character
 
     bpy = bpy_clean
     out = character.save_demo_blend(tmp_path / "demo.blend")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from painted_skin.rigs import textures
+from painted_skin.demo import textures
 
 # --------------------------------------------------------------------------- helpers
 
@@ -67,7 +67,7 @@ def _snapshot(arm) -> dict:
 def built():
     """Seed 0 twice and seed 1, read into plain arrays."""
     import bpy
-    from painted_skin.rigs import character
+    from painted_skin.demo import character
 
     bpy.ops.wm.read_factory_settings(use_empty=True)
     a = _snapshot(character.build_demo_character())
@@ -118,7 +118,7 @@ def _coverage(tris: np.ndarray, px: int) -> np.ndarray:
 
 
 def test_every_mesh_has_the_render_uv_map_inside_the_unit_square(built):
-    from painted_skin.rigs.character import UV_MAP
+    from painted_skin.demo.character import UV_MAP
 
     a, _, _ = built
     assert set(a["uv"]) == {"body", "cape"}
@@ -134,7 +134,7 @@ def test_one_atlas_without_overlaps_at_a_sensible_texel_density(built):
     """Body and cape share one image in which a texel is covered by two faces only
     rarely (a few fold-overs at poles): a UV names one point of the character. Every
     material gets 1-3.5 mm texels (a 512² full-body render has ~3.7 mm per pixel)."""
-    from painted_skin.rigs.character import ATLAS_PX
+    from painted_skin.demo.character import ATLAS_PX
 
     a, _, _ = built
     first = next(iter(a["pixels"].values()))
@@ -204,7 +204,7 @@ def test_textures_are_deterministic_from_the_seed(built):
 
 def test_images_are_packed_and_survive_a_reload(bpy_clean, tmp_path):
     from painted_skin.addon.blender.blend_files import save_blend_atomic
-    from painted_skin.rigs import character
+    from painted_skin.demo import character
 
     bpy = bpy_clean
     arm = character.build_demo_character()
@@ -223,7 +223,7 @@ def test_images_are_packed_and_survive_a_reload(bpy_clean, tmp_path):
 
 
 def test_flat_build_keeps_plain_materials(bpy_clean):
-    from painted_skin.rigs import character
+    from painted_skin.demo import character
 
     arm = character.build_demo_character(textured=False)
     for obj in _meshes(arm).values():
@@ -240,7 +240,7 @@ def _render_chest(textured: bool, tmp_path) -> np.ndarray:
     """A 96² Cycles render of the chest, as float RGB."""
     import bpy
     from mathutils import Vector
-    from painted_skin.rigs import character
+    from painted_skin.demo import character
 
     bpy.ops.wm.read_factory_settings(use_empty=True)
     arm = character.build_demo_character(textured=textured)

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from painted_skin.addon.core import humanoid
+from painted_skin.addon import motion as M
 from painted_skin.addon.core.bvh import bvh_to_skeleton_motion, parse_bvh
-from painted_skin.addon.core.transforms import normalize
-from painted_skin.rigs import motion as M
+from painted_skin.addon.core.rig import humanoid
+from painted_skin.addon.core.rig.transforms import normalize
 
 FPS = 30.0
 

@@ -13,7 +13,7 @@ import pytest
 import zmq
 from painted_skin import wire as P
 from painted_skin.backend import auth
-from painted_skin.backend.broker import Broker, BrokerConfig
+from painted_skin.backend.broker.service import Broker, BrokerConfig
 from painted_skin.backend.log_limit import LogLimiter
 from painted_skin.backend.server import ServeConfig, Server
 from test_backend_server import Client

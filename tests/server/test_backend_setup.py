@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from painted_skin.addon.core.backend_probe import no_python_message, probe_python
+from painted_skin.addon.core.backend.probe import no_python_message, probe_python
 
 
 def test_check_reports_versions_and_what_is_missing():
@@ -63,7 +63,7 @@ def test_check_of_a_python_without_painted_skin_reports_on_the_extensions_files(
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True,
                    timeout=120)
     code = ("import sys, json; sys.path.insert(0, sys.argv[1]); "
-            "from painted_skin.addon.core.backend_probe import probe_python; "
+            "from painted_skin.addon.core.backend.probe import probe_python; "
             "r = probe_python(sys.argv[2]); "
             "print(json.dumps([r.painted_skin, r.facts and r.facts['packages'], r.problem]))")
     out = subprocess.run([sys.executable, "-c", code, str(ext.parent), str(bare / "bin" /

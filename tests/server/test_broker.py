@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 from painted_skin import wire as P
-from painted_skin.backend.broker import Broker, BrokerConfig
+from painted_skin.backend.broker.service import Broker, BrokerConfig
 from painted_skin.backend.server import E_CANCELLED, ServeConfig, Server
 from test_backend_server import LOOP, Client, expected, make_passes, spawn, stop
 
@@ -212,7 +212,7 @@ def test_add_on_client_carries_its_chain_across_a_worker_failover(tmp_path):
     """A worker dies mid-shot: the broker hands the session's frames back, the add-on's
     client sends them again to the new worker, the first with the previous frame
     carried (a temporal chain continues), and every frame arrives once, correct."""
-    from painted_skin.addon.blender.client import BackendClient
+    from painted_skin.addon.blender.client.backend_client import BackendClient
 
     broker, line = spawn("broker", "--frontend", LOOP, "--backend", LOOP,
                          log=tmp_path / "broker.log")

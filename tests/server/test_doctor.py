@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from painted_skin.addon.core.backend_probe import probe_python
+from painted_skin.addon.core.backend.probe import probe_python
 
 LINE = re.compile(r"^[a-z][a-z-]*( [^:]+)?: .+$")  # "<topic> [<name>]: <status>"
 

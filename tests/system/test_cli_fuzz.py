@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from painted_skin import cli
-from painted_skin.addon.core.frame_ranges import (
+from painted_skin.addon.core.files.frame_ranges import (
     MAX_FRAME,
     FrameRangeError,
     describe,

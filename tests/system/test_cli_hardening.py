@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 from conftest import demo_walk_blend
 from painted_skin import cli
+from painted_skin.addon import motion as gen
 from painted_skin.addon.blender.blend_files import save_blend_atomic
-from painted_skin.rigs import motion as gen
 
 
 @pytest.fixture(scope="module")
 def character(tmp_path_factory) -> Path:
     import bpy
-    from painted_skin.rigs.character import build_demo_character
+    from painted_skin.demo.character import build_demo_character
 
     bpy.ops.wm.read_factory_settings(use_empty=True)
     build_demo_character()
@@ -51,8 +51,8 @@ def _err_lines(capfd) -> list[str]:
 # ---------------------------------------------------------------- special files at outputs
 
 def test_atomic_writers_refuse_a_fifo_and_leave_it_a_fifo(tmp_path) -> None:
-    from painted_skin.addon.blender.image_io import write_png
-    from painted_skin.addon.core.atomic import (
+    from painted_skin.addon.blender.passes.image_io import write_png
+    from painted_skin.addon.core.files.atomic import (
         UnwritableOutput,
         write_json_atomic,
         write_npy_atomic,
@@ -72,8 +72,8 @@ def test_atomic_writers_refuse_a_fifo_and_leave_it_a_fifo(tmp_path) -> None:
 
 
 def test_a_symlink_is_written_through_and_a_link_to_a_fifo_refused(tmp_path) -> None:
-    from painted_skin.addon.blender.image_io import read_image, write_png
-    from painted_skin.addon.core.atomic import UnwritableOutput, write_json_atomic
+    from painted_skin.addon.blender.passes.image_io import read_image, write_png
+    from painted_skin.addon.core.files.atomic import UnwritableOutput, write_json_atomic
 
     real = tmp_path / "real.json"
     real.write_text("{}")
@@ -97,7 +97,7 @@ def test_a_symlink_is_written_through_and_a_link_to_a_fifo_refused(tmp_path) -> 
 
 
 def test_dev_null_as_an_output_is_refused_and_survives(tmp_path, clip, capfd) -> None:
-    from painted_skin.addon.core.atomic import UnwritableOutput, check_writable, output_target
+    from painted_skin.addon.core.files.atomic import UnwritableOutput, check_writable, output_target
 
     # The guard first: without it the writers below would replace /dev/null (as root).
     with pytest.raises(UnwritableOutput, match="device"):
@@ -129,7 +129,7 @@ def test_a_device_node_at_an_output_survives_the_cli(tmp_path, character, clip,
 # ---------------------------------------------------------------- outputs aliasing inputs
 
 def test_check_distinct_sees_symlinks_and_hard_links(tmp_path) -> None:
-    from painted_skin.addon.core.paths import AliasedPaths, check_distinct
+    from painted_skin.addon.core.files.paths import AliasedPaths, check_distinct
 
     a = tmp_path / "a.bvh"
     a.write_text("x")
@@ -264,7 +264,7 @@ def test_a_full_disk_while_saving_is_one_line_exit_1(character, clip, tmp_path) 
 # ---------------------------------------------------------------- one validation for all
 
 def test_frames_parser_bounds_and_messages() -> None:
-    from painted_skin.addon.core.frame_ranges import FrameRangeError, parse_frames
+    from painted_skin.addon.core.files.frame_ranges import FrameRangeError, parse_frames
 
     assert parse_frames("3") == range(3, 4) and parse_frames(" 1 - 48 ") == range(1, 49)
     assert parse_frames("-5-5") == range(-5, 6)
@@ -322,8 +322,8 @@ def test_train_skin_and_score_refuse_aliased_outputs(tmp_path, capfd) -> None:
 
 def test_restyle_shot_refuses_frames_outside_the_scene_like_passes(shot_blend, tmp_path,
                                                                    bpy_clean) -> None:
-    from painted_skin.addon.blender.restyle import restyle_shot
-    from painted_skin.addon.core.frame_ranges import FrameRangeError
+    from painted_skin.addon.blender.restyle.loop import restyle_shot
+    from painted_skin.addon.core.files.frame_ranges import FrameRangeError
 
     bpy_clean.ops.wm.open_mainfile(filepath=str(shot_blend))
     with pytest.raises(FrameRangeError, match="outside the scene's range 1-6"):

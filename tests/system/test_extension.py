@@ -185,8 +185,8 @@ def test_installed_extension_registers_and_uninstalls_cleanly(installed, tmp_pat
     # It works from the zip alone: its own demo builders, presets and operators.
     ext = sys.modules[PKG]
     assert Path(ext.__file__).parent == install_dir
-    character = importlib.import_module(f"{PKG}.rigs.character")
-    motion = importlib.import_module(f"{PKG}.rigs.motion")
+    character = importlib.import_module(f"{PKG}.demo.character")
+    motion = importlib.import_module(f"{PKG}.addon.motion")
     arm = character.build_demo_character()
     clip = motion.write_clip(tmp_path / "walk.bvh", "walk", frames=12, fps=24)
     s = bpy.context.scene.painted_skin_retarget
@@ -369,7 +369,7 @@ import bpy  # noqa: E402
 pkg = sys.argv[2]
 result["install"] = sorted(bpy.ops.extensions.package_install_files(
     filepath=sys.argv[1], repo="user_default", enable_on_install=True))
-jit = importlib.import_module(pkg + ".addon.core.jit")
+jit = importlib.import_module(pkg + ".addon.core.passes.jit")
 result["enabled"] = jit.enabled()
 if jit.enabled():
     import numba

@@ -172,7 +172,7 @@ def worker_argv(command: dict) -> list[str]:
 
 
 def chunk_frames(task: dict) -> list[int]:
-    from painted_skin.addon.core.frame_ranges import parse_frames
+    from painted_skin.addon.core.files.frame_ranges import parse_frames
 
     args = task["commands"][0]["parameters"]["args"]
     return list(parse_frames(args[args.index("--frames") + 1]))
@@ -269,7 +269,7 @@ def task_ranges(frames: str, chunk: int) -> list[tuple[int, int]]:
     (["--pipeline", "skin", "--options", '{"temporal": false, "cross_frame": "first"}'], True),
 ])
 def test_recipes_tell_a_chained_restyle_as_the_entry_does(options, chained):
-    from painted_skin.addon.blender.restyle import is_chained
+    from painted_skin.addon.blender.restyle.loop import is_chained
 
     pipeline = options[options.index("--pipeline") + 1] if options else "sd15-controlnet"
     opts = json.loads(options[options.index("--options") + 1]) if "--options" in options \

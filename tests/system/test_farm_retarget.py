@@ -42,7 +42,7 @@ def worker_argv(task: dict) -> list[str]:
 @pytest.fixture(scope="module")
 def clips(tmp_path_factory) -> dict[str, Path]:
     """Two clips of different lengths, so a task that read the wrong one shows."""
-    from painted_skin.rigs import motion as gen
+    from painted_skin.addon import motion as gen
 
     folder = tmp_path_factory.mktemp("clips")
     return {"walk": gen.write_clip(folder / "walk.bvh", "walk", frames=6, fps=24),

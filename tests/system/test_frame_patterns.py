@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from painted_skin.addon.core.frame_patterns import (
+from painted_skin.addon.core.files.frame_patterns import (
     FramePattern,
     FramePatternError,
     blend_relative,

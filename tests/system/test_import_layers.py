@@ -18,25 +18,24 @@ SKIP = {"tests", "build", "out", "node_modules"}
 ALLOWED = {
     "core": set(),                      # addon/core: pure Python + numpy
     "wire": set(),                      # the protocol both sides speak
-    "blender": {"core", "wire", "rigs"},  # addon/: the bpy layer (+ USES_DEMO below)
-    "demo": {"core", "blender"},        # demo/: the demo character, motions, springs, textures
-    "rigs": {"core", "demo"},           # rigs/: presets, skin models, old paths (one release)
+    "motion": {"core"},                 # addon/motion: the library of generated motions
+    "blender": {"core", "wire", "motion"},  # addon/: the bpy layer
+    "demo": {"core", "blender", "motion"},  # demo/: the demo character, springs, textures
+    "rigs": set(),                      # rigs/: data (presets, skin models), no code
     "backend": {"core", "wire"},        # a separate process: never bpy, never the add-on
-    "entry": {"core", "wire", "blender", "demo", "rigs", "backend", "bench"},  # cli, demo.run
-    "bench": {"core", "wire", "blender", "demo", "rigs", "backend"},
-    "tools": {"core", "wire", "blender", "demo", "rigs", "backend", "bench"},
+    "entry": {"core", "wire", "motion", "blender", "demo", "rigs", "backend", "bench"},
+    "bench": {"core", "wire", "motion", "blender", "demo", "rigs", "backend"},
+    "tools": {"core", "wire", "motion", "blender", "demo", "rigs", "backend", "bench"},
     "package": {"blender"},             # the extension's register()
 }
-# The add-on modules that may use the demo: skin training renders the generated motions
-# (and the demo character when asked for it), and the session builds the demo shot.
-USES_DEMO = {"addon.blender.session", "addon.blender.skin_dataset", "addon.blender.train_skin"}
 # Modules whose layer is not their folder's: the demo package's face and its runner are
 # `painted-skin demo`'s entry point (the face serves the runner's names lazily).
 EXACT = {"demo": "entry", "demo.run": "entry"}
-PREFIXES = (("addon.core", "core"), ("wire", "wire"), ("addon", "blender"),
-            ("demo", "demo"), ("rigs", "rigs"), ("backend", "backend"), ("bench", "bench"),
-            ("tools", "tools"), ("farm", "tools"), ("cli", "entry"), ("cli_commands", "entry"),
-            ("api", "blender"))
+PREFIXES = (("addon.core", "core"), ("addon.motion", "motion"), ("wire", "wire"),
+            ("addon", "blender"), ("demo", "demo"), ("rigs", "rigs"), ("backend", "backend"),
+            ("bench", "bench"), ("tools", "tools"), ("farm", "tools"), ("cli", "entry"),
+            ("cli_commands", "entry"), ("api", "blender"))
+MAX_MODULES = 15  # a folder of ours that holds more is a room that wants splitting
 
 
 def _modules() -> dict[str, Path]:
@@ -113,8 +112,7 @@ def test_every_module_is_in_a_layer() -> None:
 
 def _may_import(module: str, dep: str) -> bool:
     layer, dep_layer = _layer(module), _layer(dep)
-    return (dep_layer == layer or dep_layer in ALLOWED[layer]
-            or (dep_layer == "demo" and module in USES_DEMO))
+    return dep_layer == layer or dep_layer in ALLOWED[layer]
 
 
 def wrong_way(graph: dict[str, set[str]]) -> list[str]:
@@ -172,26 +170,45 @@ def test_the_checks_see_a_planted_violation() -> None:
     """The walk reads real imports (lazy ones too), and each check finds what it guards
     against when it is planted."""
     assert "backend.pipelines.base" in GRAPH["backend.pipelines.echo"]
-    assert "addon.blender.client" in GRAPH["cli_commands"]  # imported inside a function
+    assert "addon.blender.client.backend_client" in GRAPH["cli_commands"]  # inside a function
     graph = {k: set(v) for k, v in GRAPH.items()}
-    graph["addon.core.atomic"].add("backend.server")
-    assert wrong_way(graph) == ["addon.core.atomic (core) imports backend.server (backend)"]
+    graph["addon.core.files.atomic"].add("backend.server")
+    assert wrong_way(graph) == [
+        "addon.core.files.atomic (core) imports backend.server (backend)"]
     graph = {k: set(v) for k, v in GRAPH.items()}
     graph["backend.pipelines.base"].add("backend.pipelines.echo")
     assert circles(graph) == [["backend.pipelines.base", "backend.pipelines.echo"]]
 
 
-def test_the_demo_is_used_only_where_the_table_says() -> None:
-    """The add-on's skin training and demo shot may use the demo; no other add-on module,
-    and nothing of the demo's modules is the runner's (that is the entry point's)."""
-    assert "demo.motion" in GRAPH["addon.blender.skin_dataset"]
-    assert "demo.character" in GRAPH["addon.blender.session"]
+def test_only_the_entry_points_use_the_demo() -> None:
+    """Nothing of the add-on or the backend imports the demo: the CLI hands the skin
+    training the demo character's builder, and the demo shot is the demo's own."""
+    users = sorted(m for m, deps in GRAPH.items()
+                   if any(_layer(d) == "demo" or d.startswith("demo.") for d in deps)
+                   and _layer(m) != "demo")
+    assert users and all(_layer(m) in ("entry", "bench", "tools") for m in users), users
+    assert "addon.motion" in GRAPH["addon.blender.skin.dataset"]
     graph = {k: set(v) for k, v in GRAPH.items()}
-    graph["addon.blender.passes"].add("demo.character")
-    graph["demo.motion"].add("demo.run")
-    graph["rigs.presets"].add("demo.run")
+    graph["addon.blender.passes.render"].add("demo.character")
+    graph["addon.motion"].add("addon.blender.session")
+    graph["addon.motion.gaits"].add("demo.run")
     assert wrong_way(graph) == [
-        "addon.blender.passes (blender) imports demo.character (demo)",
-        "demo.motion (demo) imports demo.run (entry)",
-        "rigs.presets (rigs) imports demo.run (entry)",
+        "addon.blender.passes.render (blender) imports demo.character (demo)",
+        "addon.motion (motion) imports addon.blender.session (blender)",
+        "addon.motion.gaits (motion) imports demo.run (entry)",
     ]
+
+
+def test_rooms_are_small_and_rigs_holds_no_code() -> None:
+    """No folder of ours holds more than MAX_MODULES modules (tests included), and
+    ``rigs/`` is data: no module besides its ``__init__``."""
+    folders: dict[Path, int] = {}
+    for p in ROOT.rglob("*.py"):
+        rel = p.relative_to(ROOT)
+        if rel.parts[0] in (SKIP - {"tests"}) or any(x.startswith(".") for x in rel.parts):
+            continue
+        if p.name != "__init__.py":
+            folders[p.parent] = folders.get(p.parent, 0) + 1
+    big = {str(f.relative_to(ROOT)): n for f, n in folders.items() if n > MAX_MODULES}
+    assert not big, f"folders over {MAX_MODULES} modules: {big}"
+    assert sorted(p.name for p in (ROOT / "rigs").rglob("*.py")) == ["__init__.py"]

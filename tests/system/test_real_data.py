@@ -21,11 +21,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from painted_skin.addon.blender import session
-from painted_skin.addon.blender.armature_io import action_channelbag, read_skeleton
-from painted_skin.addon.core import humanoid
+from painted_skin.addon.blender.retarget.armature_io import action_channelbag, read_skeleton
 from painted_skin.addon.core.bonemap import auto_map
 from painted_skin.addon.core.bvh import parse_bvh, write_bvh_clip
-from painted_skin.addon.core.retarget import RetargetOptions
+from painted_skin.addon.core.retarget.solve import RetargetOptions
+from painted_skin.addon.core.rig import humanoid
 
 pytestmark = pytest.mark.shared_data
 
@@ -85,8 +85,8 @@ FLOOR_AS_IMPORTED: dict[str, tuple[list[str], float]] = {}
 def retarget(bpy, clip: Path, character: Path, **options):
     """One clip onto one character in a fresh scene: (report, armature). Records where
     the character's feet stood as imported (importers may leave a root bone posed)."""
-    from painted_skin.addon.blender.importers import import_character
-    from painted_skin.addon.blender.retarget_api import retarget_clip
+    from painted_skin.addon.blender.retarget.api import retarget_clip
+    from painted_skin.addon.blender.retarget.importers import import_character
 
     opts = RetargetOptions(**options) if options else None
     session.reset_scene()
@@ -276,8 +276,8 @@ def test_torso_and_neck_point_like_the_mocap(bpy_clean, shared_data, tmp_path, c
     """The character's torso (hips -> neck) and neck (neck -> head) point where the
     mocap's do, frame by frame as Blender evaluates both, though the rigs' spines
     differ (CMU: 3 spine + 2 neck bones, Poser: 2 + 1, the characters: 3 + 1)."""
-    from painted_skin.addon.blender.importers import import_character, imported_clip
-    from painted_skin.addon.blender.retarget_api import retarget_clip
+    from painted_skin.addon.blender.retarget.api import retarget_clip
+    from painted_skin.addon.blender.retarget.importers import import_character, imported_clip
 
     bpy = bpy_clean
     src = short_bvh(shared_data, clip, tmp_path, frames=600) if clip.endswith(".bvh") \
@@ -351,8 +351,8 @@ def test_gltf_robot_as_source_clip(bpy_clean, shared_data):
 def test_fbx_clip_leaves_scene_rate_alone_without_set_scene(bpy_clean, shared_data):
     """Blender's FBX importer sets the scene's fps to the file's; importing a clip for
     its motion must not change the user's scene."""
-    from painted_skin.addon.blender.importers import import_character
-    from painted_skin.addon.blender.retarget_api import retarget_clip
+    from painted_skin.addon.blender.retarget.api import retarget_clip
+    from painted_skin.addon.blender.retarget.importers import import_character
 
     arm = import_character(shared_data / HUMAN)
     render = bpy_clean.context.scene.render
@@ -369,8 +369,8 @@ def test_gltf_clip_with_many_animations_says_which_one(bpy_clean, shared_data):
 
 
 def test_gltf_clip_action_can_be_chosen(bpy_clean, shared_data):
-    from painted_skin.addon.blender.importers import import_character
-    from painted_skin.addon.blender.retarget_api import RetargetError, retarget_clip
+    from painted_skin.addon.blender.retarget.api import RetargetError, retarget_clip
+    from painted_skin.addon.blender.retarget.importers import import_character
 
     arm = import_character(shared_data / HUMAN)
     report = retarget_clip(shared_data / ROBOT, arm, clip_action="Walking")

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 from painted_skin import cli
+from painted_skin.addon import motion as gen
 from painted_skin.addon.blender.blend_files import save_blend_atomic
-from painted_skin.rigs import motion as gen
 
 
 @pytest.fixture
 def character(tmp_path: Path, bpy_clean) -> Path:
-    from painted_skin.rigs.character import build_demo_character
+    from painted_skin.demo.character import build_demo_character
 
     build_demo_character()
     path = tmp_path / "character.blend"

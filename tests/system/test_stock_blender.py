@@ -106,8 +106,8 @@ cli = importlib.import_module(pkg + ".cli")
 out["cli"] = sorted(cli.build_parser()._subparsers._group_actions[0].choices)
 api = importlib.import_module(pkg + ".api")
 out["api"] = {n: getattr(api, n).__module__ for n in api.__all__}
-character = importlib.import_module(pkg + ".rigs.character")
-motion = importlib.import_module(pkg + ".rigs.motion")
+character = importlib.import_module(pkg + ".demo.character")
+motion = importlib.import_module(pkg + ".addon.motion")
 arm = character.build_demo_character()
 character.setup_demo_scene(arm)
 clip = motion.write_clip(work / "walk.bvh", "walk", frames=6, fps=24)
@@ -125,7 +125,7 @@ out["passes"] = sorted(bpy.ops.painted_skin.render_passes())
 out["pass_files"] = sorted(str(f.relative_to(work / "passes")) for f in
                            (work / "passes").rglob("*.png"))
 prefs = bpy.context.preferences.addons[pkg].preferences
-restyle_ui = sys.modules[pkg + ".addon.blender.restyle_ui"]
+restyle_ui = sys.modules[pkg + ".addon.blender.restyle.ui"]
 # The stock Python itself as Backend Python: Check says what it lacks, and Start fails
 # with the backend log's last lines in the panel.
 prefs.python = sys.executable
@@ -182,7 +182,7 @@ def test_zip_installs_and_runs_end_to_end_in_a_bpy_only_python(linux_zip, tmp_pa
                "restyle", "backend_start", "backend_check", "backend_connect"):
         assert op in out["ops"], f"painted_skin.{op} is not registered: {out['ops']}"
     assert out["panels"] == ["PS_PT_passes", "PS_PT_restyle", "PS_PT_retarget"]
-    assert out["restyle_module"] == f"{PKG}.addon.blender.restyle_panel"
+    assert out["restyle_module"] == f"{PKG}.addon.blender.restyle.panel"
     assert Path(out["zmq_file"]).is_relative_to(res), out["zmq_file"]  # the bundled wheel
     assert {"retarget_clip", "make_passes", "restyle_shot"} <= set(out["api"])
     assert {"retarget", "passes", "restyle", "serve", "broker"} <= set(out["cli"])
@@ -314,9 +314,9 @@ def test_without_fcntl_every_addon_module_imports_and_all_registers(tmp_path):
     socket carries the arrays)."""
     out = _register_hiding("fcntl", tmp_path)
     assert out["failed"] == {}
-    assert "painted_skin.addon.blender.client" in out["imported"]
+    assert "painted_skin.addon.blender.client.backend_client" in out["imported"]
     assert {"retarget", "render_passes", "restyle", "backend_start"} <= set(out["ops"])
-    assert out["restyle_module"] == "painted_skin.addon.blender.restyle_panel"
+    assert out["restyle_module"] == "painted_skin.addon.blender.restyle.panel"
     assert out["shm"] is False
     assert out["after"] == []
 
@@ -326,6 +326,6 @@ def test_without_pyzmq_retarget_and_passes_register_and_restyle_says_why(tmp_pat
     assert {"retarget", "detect_map", "render_passes", "add_camera", "backend_check"} \
         <= set(out["ops"])
     assert "restyle" not in out["ops"]
-    assert out["restyle_module"] == "painted_skin.addon.blender.restyle_unavailable"
-    assert "zmq" in out["failed"].get("painted_skin.addon.blender.restyle", "")
+    assert out["restyle_module"] == "painted_skin.addon.blender.restyle.unavailable"
+    assert "zmq" in out["failed"].get("painted_skin.addon.blender.restyle.loop", "")
     assert out["after"] == []

@@ -88,7 +88,7 @@ def test_flag_passes_travel_as_0_or_255():
 
 
 def test_a_frame_of_every_pass_fits_the_clients_shared_memory_slot():
-    from painted_skin.addon.blender.client import SHM_BYTES_PER_PIXEL
+    from painted_skin.addon.blender.client.backend_client import SHM_BYTES_PER_PIXEL
 
     h, w = 48, 40
     arrays = {n: np.zeros(p.shape(h, w), p.dtype) for n, p in P.WIRE_PASSES.items()}

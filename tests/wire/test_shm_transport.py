@@ -16,8 +16,8 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 from painted_skin import wire as P
-from painted_skin.addon.blender.client import BackendClient, ShmRing, Shot
-from painted_skin.backend.broker import Broker, BrokerConfig
+from painted_skin.addon.blender.client.backend_client import BackendClient, ShmRing, Shot
+from painted_skin.backend.broker.service import Broker, BrokerConfig
 from painted_skin.backend.server import E_CANCELLED, ServeConfig, Server
 from test_backend_server import LOOP, PY, Client, expected, make_passes, spawn
 from test_backend_server import stop as stop_proc
@@ -393,7 +393,7 @@ def test_segment_shrunk_after_open_is_an_error_not_a_crash(tmp_path):
 CLIENT = textwrap.dedent("""
     import sys, time
     import numpy as np
-    from painted_skin.addon.blender.client import BackendClient
+    from painted_skin.addon.blender.client.backend_client import BackendClient
     c = BackendClient(sys.argv[1], timeout_s=10)
     c.open("echo", 32, 24)
     assert c.shm_active

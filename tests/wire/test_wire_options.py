@@ -36,8 +36,8 @@ def test_a_bad_value_names_the_accepted_ones(value) -> None:
 @pytest.mark.parametrize("value", [*OFF, *(v for v, _ in ON), *BAD])
 def test_add_on_and_backend_agree(value) -> None:
     """The add-on's chain rule follows what the backend's OPEN check accepts."""
-    from painted_skin.addon.blender.restyle_output import cross_frame_mode as addon_mode
-    from painted_skin.addon.blender.restyle_output import is_chained
+    from painted_skin.addon.blender.restyle.output import cross_frame_mode as addon_mode
+    from painted_skin.addon.blender.restyle.output import is_chained
     from painted_skin.backend.diffusion.options import option_problems
 
     options = {"cross_frame": value, "temporal": False}

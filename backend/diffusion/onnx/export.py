@@ -74,7 +74,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ....addon.core.atomic import plain_mode
+from ....addon.core.files.atomic import plain_mode
 from .export_wrappers import wrapper_modules
 
 FORMAT_VERSION = 4  # 4: the prompt's cross-attention keys/values in their own graph

@@ -1,0 +1,312 @@
+"""A character's training set for its skin model: what self-reconstruction learns from.
+
+The character moves through generated motions (``addon/motion/__init__.py``) while a camera orbits
+it (a new random orbit, distance, height and focal length per clip); every frame gets a
+Cycles render (fixed world lighting, a few samples + denoising) and the fast engine's
+passes of the same frame, saved as one ``.npz`` per frame (the passes by name plus
+``beauty``), the format ``backend/skin/train.py`` reads. Frames already on disk are kept,
+so a re-run (or a longer training) reuses the renders. Held out: the ``wave`` motion,
+which the demo and the benchmark play, never enters training.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import bpy
+import numpy as np
+
+from ...core.files.atomic import output_target, replace_atomic, write_json_atomic
+from ..passes.geometry import ShotGeometry
+from ..passes.render import PassOptions, iter_frames
+
+DATASET_VERSION = 2  # 2: the motions since the torso chains (a cache key holds no code)
+# What the skin model reads (skeleton is not needed: the geometry is all here).
+PASSES = ("depth", "normal", "mask", "parts", "motion", "rest_position", "uv",
+          "normal_world", "view_dir", "light_visibility")
+# (motion kind, seed): the training motions; "wave" is kept out for evaluation. The
+# range-of-motion takes ("rom", as a mocap session's calibration clip) show the arms
+# raised, lit from above, which no gait shows: without them the demo's wave painted the
+# raised forearm in the shirt's shading. Each seed is a new variant and a new camera
+# orbit: a model fitted to 15 clips read 3.5 dB better on its training frames than on
+# held-out motion under the same cameras, so the set grew in clips, not in steps.
+TRAIN_CLIPS = (("walk", 0), ("run", 0), ("jump", 0), ("turn", 0), ("sit", 0),
+               ("walk", 1), ("run", 1), ("jump", 1), ("turn", 1), ("sit", 1),
+               ("walk", 2), ("turn", 2), ("rom", 0), ("rom", 1), ("rom", 2),
+               ("walk", 3), ("walk", 4), ("run", 2), ("run", 3), ("jump", 2), ("sit", 2),
+               ("turn", 3), ("rom", 3), ("rom", 4), ("rom", 5), ("rom", 6), ("rom", 7),
+               ("rom", 8))
+HELD_OUT_CLIPS = (("wave", 0),)
+# Stored at this precision: float16 where 1e-3 is plenty, float32 for UV and rest
+# position (a 1024² texture needs better than float16's 5e-4 near 1.0).
+_FLOAT32 = ("uv", "rest_position", "depth")
+
+Progress = Callable[[int, int], None]  # (done, total)
+
+
+class DatasetError(ValueError):
+    """The character cannot be learned as given; the message says why and the fix."""
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """Everything that makes the renders: a different spec is a different folder."""
+
+    size: int = 128
+    frames_per_clip: int = 48
+    clips: tuple[tuple[str, int], ...] = TRAIN_CLIPS
+    samples: int = 16
+    seed: int = 0
+    fps: float = 24.0
+
+    def key(self, fingerprint: dict) -> str:
+        text = json.dumps({"v": DATASET_VERSION, "spec": asdict(self), "fp": fingerprint},
+                          sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass
+class Orbit:
+    """A camera circling the character over one clip."""
+
+    azimuth0: float
+    turn: float  # radians over the clip
+    elevation: float
+    distance: float  # in character heights
+    lens: float  # mm
+    aim_height: float  # fraction of the height above the feet
+
+    @classmethod
+    def random(cls, rng: np.random.Generator) -> Orbit:
+        return cls(azimuth0=float(rng.uniform(0, 2 * math.pi)),
+                   turn=float(rng.uniform(-1, 1) * math.radians(150)),
+                   elevation=float(math.radians(rng.uniform(-8, 32))),
+                   distance=float(rng.uniform(0.8, 1.7)),
+                   lens=float(rng.uniform(30, 85)),
+                   aim_height=float(rng.uniform(0.3, 0.75)))
+
+
+def character_meshes(arm: bpy.types.Object) -> list[bpy.types.Object]:
+    """The meshes the armature deforms (or that are parented to it)."""
+    out = [o for o in bpy.data.objects if o.type == "MESH" and (
+        o.parent == arm or any(m.type == "ARMATURE" and m.object == arm for m in o.modifiers))]
+    return sorted(out, key=lambda o: o.name)
+
+
+def character_fingerprint(arm: bpy.types.Object) -> dict:
+    """What a model is tied to: the character's meshes by name, vertex and face count.
+    A model trained on one character refuses another (its texture would be garbage)."""
+    meshes = character_meshes(arm)
+    if not meshes:
+        raise DatasetError(f"armature {arm.name!r} deforms no mesh: a skin model paints a "
+                           "mesh; parent the character's meshes to it (Armature modifier)")
+    return {"meshes": [[o.name, len(o.data.vertices), len(o.data.polygons)] for o in meshes]}
+
+
+def uv_report(arm: bpy.types.Object) -> list[str]:
+    """Meshes without a UV map (the model falls back to their rest positions)."""
+    return [o.name for o in character_meshes(arm) if not o.data.uv_layers]
+
+
+def _place_camera(cam: bpy.types.Object, orbit: Orbit, t: float, centre: np.ndarray,
+                  height: float) -> None:
+    az = orbit.azimuth0 + orbit.turn * t
+    el = orbit.elevation
+    # Distance that frames the whole body at this focal length, times the orbit's factor.
+    fov = 2 * math.atan(18.0 / orbit.lens)  # 36 mm sensor width
+    dist = orbit.distance * height / (2 * math.tan(fov / 2)) * 1.15
+    target = centre + np.array([0.0, 0.0, (orbit.aim_height - 0.5) * height])
+    eye = target + dist * np.array([math.cos(el) * math.sin(az), -math.cos(el) * math.cos(az),
+                                    math.sin(el)])
+    from mathutils import Vector
+
+    cam.location = Vector(eye.tolist())
+    cam.rotation_mode = "QUATERNION"
+    cam.rotation_quaternion = (Vector(target.tolist()) - cam.location).to_track_quat("-Z", "Y")
+    cam.data.lens = orbit.lens
+
+
+def _key_camera(cam: bpy.types.Object, frame: int) -> None:
+    cam.keyframe_insert("location", frame=frame)
+    cam.keyframe_insert("rotation_quaternion", frame=frame)
+    cam.data.keyframe_insert("lens", frame=frame)
+
+
+def _body_centre(meshes: list[bpy.types.Object]) -> tuple[np.ndarray, float]:
+    """Centre and height of the evaluated character's bounding box (world)."""
+    dg = bpy.context.evaluated_depsgraph_get()
+    pts = []
+    for ob in meshes:
+        ev = ob.evaluated_get(dg)
+        mw = np.array(ev.matrix_world)
+        box = np.array([list(c) for c in ev.bound_box], np.float64)
+        pts.append(box @ mw[:3, :3].T + mw[:3, 3])
+    p = np.concatenate(pts)
+    lo, hi = p.min(0), p.max(0)
+    return (lo + hi) / 2, float(hi[2] - lo[2])
+
+
+@contextmanager
+def beauty_settings(scene: bpy.types.Scene, size: int, samples: int) -> Iterator[None]:
+    """Cycles as the training target: a few samples + denoising, Standard view (the
+    beauty pass's convention), transparent film; the scene's settings come back after."""
+    r, cy, im = scene.render, scene.cycles, scene.render.image_settings
+    saved = [(r, a, getattr(r, a)) for a in ("engine", "resolution_x", "resolution_y",
+                                             "resolution_percentage", "film_transparent",
+                                             "filepath")]
+    saved += [(cy, a, getattr(cy, a)) for a in ("device", "samples", "use_denoising",
+                                                "use_adaptive_sampling", "seed")]
+    saved += [(im, a, getattr(im, a)) for a in ("file_format", "color_mode", "color_depth")]
+    vs = scene.view_settings
+    saved += [(vs, a, getattr(vs, a)) for a in ("view_transform", "look")]
+    try:
+        r.engine = "CYCLES"
+        r.resolution_x = r.resolution_y = size
+        r.resolution_percentage = 100
+        r.film_transparent = True
+        cy.device, cy.samples, cy.use_denoising = "CPU", samples, True
+        cy.use_adaptive_sampling, cy.seed = False, 0
+        im.file_format, im.color_mode, im.color_depth = "PNG", "RGBA", "8"
+        vs.view_transform, vs.look = "Standard", "None"
+        yield
+    finally:
+        for owner, attr, value in reversed(saved):
+            setattr(owner, attr, value)
+
+
+def render_beauty(scene: bpy.types.Scene, frame: int, folder: Path) -> np.ndarray:
+    """One Cycles frame as (H, W, 4) uint8, top row first."""
+    from ..passes.image_io import read_image
+
+    scene.frame_set(frame)
+    fd, tmp = tempfile.mkstemp(suffix=".png", dir=folder, prefix=".beauty-")
+    os.close(fd)
+    try:
+        scene.render.filepath = tmp
+        bpy.ops.render.render(write_still=True)
+        return np.asarray(read_image(tmp), np.uint8)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def frame_file(folder: Path, clip: int, frame: int) -> Path:
+    return folder / f"{clip:02d}_{frame:04d}.npz"
+
+
+def _save_frame(path: Path, arrays: dict[str, np.ndarray], beauty: np.ndarray) -> None:
+    data = {}
+    for name in PASSES:
+        a = np.asarray(arrays[name])
+        if a.dtype == bool:
+            a = a.astype(np.uint8) * np.uint8(255)
+        elif a.dtype.kind == "f":
+            a = a.astype(np.float32 if name in _FLOAT32 else np.float16)
+        data[name] = a
+    data["beauty"] = beauty
+    target = output_target(path, "training frame")
+    fd, tmp = tempfile.mkstemp(suffix=".npz", dir=target.parent, prefix=".frame-")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.savez_compressed(fh, **data)
+        replace_atomic(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@dataclass
+class DatasetResult:
+    folder: Path
+    frames: int
+    rendered: int
+    fingerprint: dict
+    without_uv: list[str] = field(default_factory=list)
+
+
+def build_dataset(arm: bpy.types.Object, folder: Path, spec: DatasetSpec,
+                  progress: Progress | None = None,
+                  cancelled: Callable[[], bool] | None = None) -> DatasetResult:
+    """Render ``spec``'s clips of the character ``arm`` into ``folder`` (kept frames
+    are skipped). The scene keeps its lights and world: they are the training lighting."""
+    from ... import motion
+    from ..retarget.api import retarget_clip
+
+    scene = bpy.context.scene
+    fingerprint = character_fingerprint(arm)
+    folder.mkdir(parents=True, exist_ok=True)
+    meta = {"version": DATASET_VERSION, "spec": asdict(spec), "fingerprint": fingerprint,
+            "passes": list(PASSES)}
+    write_json_atomic(folder / "dataset.json", meta)
+    meshes = character_meshes(arm)
+    cam_data = bpy.data.cameras.new("SkinDatasetCamera")
+    cam_data.sensor_width = 36.0
+    cam = bpy.data.objects.new("SkinDatasetCamera", cam_data)
+    scene.collection.objects.link(cam)
+    old_camera, old_range = scene.camera, (scene.frame_start, scene.frame_end)
+    scene.camera = cam
+    total, done, rendered = len(spec.clips) * spec.frames_per_clip, 0, 0
+    rng = np.random.default_rng(spec.seed)
+    orbits = [Orbit.random(rng) for _ in spec.clips]
+    try:
+        with tempfile.TemporaryDirectory(prefix="painted-skin-clips-") as tmp:
+            for ci, ((kind, seed), orbit) in enumerate(zip(spec.clips, orbits, strict=True)):
+                todo = [f for f in range(1, spec.frames_per_clip + 1)
+                        if not frame_file(folder, ci, f).is_file()]
+                if not todo:
+                    done += spec.frames_per_clip
+                    if progress:
+                        progress(done, total)
+                    continue
+                clip = motion.write_clip(Path(tmp) / f"{kind}_{seed}.bvh", kind,
+                                         frames=spec.frames_per_clip, fps=spec.fps, seed=seed)
+                retarget_clip(clip, arm)
+                scene.frame_start, scene.frame_end = 1, spec.frames_per_clip
+                cam.animation_data_clear()
+                cam_data.animation_data_clear()
+                for f in range(1, spec.frames_per_clip + 1):
+                    scene.frame_set(f)
+                    centre, height = _body_centre(meshes)
+                    _place_camera(cam, orbit, (f - 1) / max(spec.frames_per_clip - 1, 1),
+                                  centre, height)
+                    _key_camera(cam, f)
+                geo = ShotGeometry(scene, spec.size, spec.size)
+                opts = PassOptions(frames=range(1, spec.frames_per_clip + 1), width=spec.size,
+                                   height=spec.size, engine="fast", passes=PASSES)
+                passes = {f: arrays for f, _, arrays, _ in iter_frames(scene, geo, opts, todo)}
+                with beauty_settings(scene, spec.size, spec.samples):
+                    for f in todo:
+                        if cancelled is not None and cancelled():
+                            raise KeyboardInterrupt
+                        beauty = render_beauty(scene, f, folder)
+                        _save_frame(frame_file(folder, ci, f), passes[f], beauty)
+                        rendered += 1
+                        done += 1
+                        if progress:
+                            progress(done, total)
+                done += spec.frames_per_clip - len(todo)
+    finally:
+        scene.camera = old_camera
+        scene.frame_start, scene.frame_end = old_range
+        bpy.data.objects.remove(cam)
+        bpy.data.cameras.remove(cam_data)
+    return DatasetResult(folder, total, rendered, fingerprint, uv_report(arm))
+
+
+def dataset_folder(cache: Path, spec: DatasetSpec, fingerprint: dict) -> Path:
+    return cache / spec.key(fingerprint)
+
+
+def check_character(arm: bpy.types.Object | None, source: str) -> bpy.types.Object:
+    if arm is None or arm.type != "ARMATURE":
+        raise DatasetError(f"{source} has no armature: a skin model learns a rigged "
+                           "character (mesh + armature)")
+    character_fingerprint(arm)
+    return arm

@@ -1,0 +1,237 @@
+"""``painted-skin train-skin``: learn a character's skin model from its own renders.
+
+Blender renders the training set (``skin_dataset``); the trainer runs in the backend's
+Python (torch lives there, bpy pins numpy<2), as a child process whose progress bar, Ctrl-C
+(checkpoint, then ``--resume``) and exit code pass straight through.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import bpy
+
+from ...core.files.atomic import write_json_atomic
+from . import dataset as D
+
+REPO = Path(__file__).resolve().parents[3]
+DEFAULT_CACHE = Path(os.environ.get("PAINTED_SKIN_CACHE",
+                                    Path.home() / ".cache" / "painted-skin")) / "skin-data"
+
+
+DEFAULT_MINUTES = 20.0
+TRAINER_MODULE = "painted_skin.backend.skin.train"  # run in the backend's Python
+
+
+@dataclass
+class TrainRequest:
+    character: str  # a .blend/.glb/.fbx path, or "demo"
+    out: Path
+    minutes: float | None = None  # None: 20 minutes, or no budget when steps is given
+    size: int = 128
+    device: str = "cpu"
+    resume: bool = False
+    python: str | None = None
+    cache: Path = DEFAULT_CACHE
+    frames_per_clip: int = 48
+    samples: int = 16
+    steps: int | None = None
+    seed: int = 0
+    temporal: bool = False
+
+    def budget(self) -> float | None:
+        """The training time budget in minutes; None: the schedule runs whole (``steps``
+        given alone, so the documented command reproduces a model exactly)."""
+        if self.minutes is not None:
+            return self.minutes or None
+        return None if self.steps else DEFAULT_MINUTES
+
+
+def trainer_command(req: TrainRequest, python: str, train_dir: Path, held_dir: Path,
+                    fingerprint: Path, extra: Path) -> list[str]:
+    """The backend trainer's command line for ``req`` over rendered frame folders."""
+    cmd = [python, "-m", TRAINER_MODULE, "--frames", str(train_dir),
+           "--eval-frames", str(held_dir), "--out", str(req.out), "--fingerprint",
+           str(fingerprint), "--report-extra", str(extra), "--device", req.device,
+           "--seed", str(req.seed), "--crop", str(min(64 if req.size <= 128 else 128,
+                                                      req.size))]
+    if req.budget():
+        cmd += ["--minutes", f"{req.budget():g}"]
+    if req.steps:
+        cmd += ["--steps", str(req.steps)]
+    if req.resume:
+        cmd.append("--resume")
+    if req.temporal:
+        cmd.append("--temporal")
+    return cmd
+
+
+def ensure_lighting(scene: bpy.types.Scene) -> None:
+    """Training needs fixed world lighting: a character file without lights gets the
+    demo's sun and a neutral world (the same every run)."""
+    import math as m
+
+    if not any(o.type == "LIGHT" for o in scene.objects):
+        sun_data = bpy.data.lights.new("SkinSun", "SUN")
+        sun_data.energy = 3.0
+        sun = bpy.data.objects.new("SkinSun", sun_data)
+        sun.rotation_euler = (m.radians(50.0), 0.0, m.radians(25.0))
+        scene.collection.objects.link(sun)
+    if scene.world is None:
+        world = bpy.data.worlds.new("SkinWorld")
+        world.color = (0.2, 0.2, 0.22)
+        scene.world = world
+
+
+def load_character(spec: str,
+                   characters: Mapping[str, Callable[[], bpy.types.Object]] | None = None,
+                   ) -> bpy.types.Object:
+    """The character to learn, in a fresh scene: a built-in one by name (``characters``:
+    the CLI passes the demo's builder for ``demo``; this layer never imports the demo),
+    or a file."""
+    from ..retarget.importers import import_character
+    from ..session import reset_scene
+
+    reset_scene()
+    if characters and spec in characters:
+        return characters[spec]()
+    path = Path(spec)
+    if not path.is_file():
+        raise D.DatasetError(f"--character {spec}: no such file (give a .blend, .glb, .gltf or "
+                             ".fbx character, or 'demo')")
+    arm = import_character(path)
+    scene = bpy.context.scene
+    ensure_lighting(scene)
+    return D.check_character(arm, str(path))
+
+
+def backend_python(given: str | None) -> str:
+    """The Python that trains: ``--python``, else the repository's ``.venv-backend``, else
+    this Python when it has torch."""
+    if given:
+        if not Path(given).is_file():
+            raise D.DatasetError(f"--python {given}: no such file (the python of an "
+                                 "environment with painted-skin[backend])")
+        return given
+    local = REPO / ".venv-backend" / "bin" / "python"
+    if local.is_file():
+        return str(local)
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is not None:
+        return sys.executable
+    raise D.DatasetError("no Python with torch to train in: pass --python "
+                         "<env>/bin/python of an environment with painted-skin[backend] "
+                         "(e.g. 'make backend' makes .venv-backend)")
+
+
+def _check_out(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise D.DatasetError(f"--out {out} is a file: give a folder for the model")
+    if out.is_dir() and any(out.iterdir()) and not (out / "config.json").is_file():
+        raise D.DatasetError(f"--out {out} is a folder that is not a skin model: give a new "
+                             "or an existing model folder")
+
+
+def trainer_env() -> dict[str, str]:
+    """The trainer's environment, unbuffered (the panel shows its lines as they come),
+    without this add-on's folder on ``PYTHONPATH`` (the panel's child Blender has it
+    there): an installed extension carries no ``backend/skin``, so the trainer can only
+    come from the backend Python's own install, which that folder would hide."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    ours = REPO.parent if REPO.name == "painted_skin" else None  # the folder holding us
+    paths = [p for p in env.pop("PYTHONPATH", "").split(os.pathsep) if p and Path(p) != ours]
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
+def check_trainer(python: str, env: dict[str, str]) -> None:
+    """Refuse before a frame renders when ``python`` cannot run the trainer (minutes of
+    rendering for nothing, then an import error)."""
+    probe = ("import importlib.util, sys; "
+             f"sys.exit(0 if importlib.util.find_spec({TRAINER_MODULE!r}) else 3)")
+    try:
+        proc = subprocess.run([python, "-c", probe], env=env, capture_output=True,
+                              timeout=120, stdin=subprocess.DEVNULL)
+        ok = proc.returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        ok = False
+    if not ok:
+        raise D.DatasetError(
+            f"the Python that trains ({python}) has no Painted Skin trainer "
+            f"({TRAINER_MODULE}): install painted-skin[backend] into that environment, or "
+            "pick another (--python; in the panel: Preferences > Add-ons > Painted Skin > "
+            "Backend Python)")
+
+
+def train_skin(req: TrainRequest, progress=None,
+               characters: Mapping[str, Callable[[], bpy.types.Object]] | None = None) -> int:
+    """Render (or reuse) the training and held-out sets, then train; returns the
+    trainer's exit code (0, 2 bad input, 130 stopped: a checkpoint, or the frames
+    rendered so far, are kept for the next run)."""
+    # Under ``blender -b`` Blender's own SIGINT handler takes a first Ctrl-C as a render
+    # break only: Python's puts it back, so Ctrl-C (the panel's Cancel) stops the dataset
+    # render or, while training, reaches the trainer (which saves a checkpoint).
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            return _train_skin(req, progress, characters)
+        except KeyboardInterrupt:
+            print("train-skin: stopped before training (the frames rendered so far are "
+                  "kept: Train again continues)", file=sys.stderr, flush=True)
+            return 130
+        finally:
+            if previous is not None:  # None: Blender's own C handler, not restorable
+                signal.signal(signal.SIGINT, previous)
+    return _train_skin(req, progress, characters)
+
+
+def _train_skin(req: TrainRequest, progress=None,
+                characters: Mapping[str, Callable[[], bpy.types.Object]] | None = None) -> int:
+    _check_out(req.out)
+    python = backend_python(req.python)
+    env = trainer_env()
+    check_trainer(python, env)
+    if req.size not in (64, 128, 256, 512):
+        raise D.DatasetError(f"--size {req.size}: use 128 or 256 (64 and 512 also work)")
+    arm = load_character(req.character, characters)
+    fingerprint = D.character_fingerprint(arm)
+    for name in D.uv_report(arm):
+        print(f"train-skin: mesh {name!r} has no UV map: its skin is learned from its rest "
+              "positions (a 3-D feature grid) instead", file=sys.stderr)
+    spec = D.DatasetSpec(size=req.size, frames_per_clip=req.frames_per_clip,
+                         samples=req.samples, seed=req.seed)
+    held = D.DatasetSpec(size=req.size, frames_per_clip=max(12, req.frames_per_clip // 2),
+                         clips=D.HELD_OUT_CLIPS, samples=req.samples, seed=req.seed + 1000)
+    train_dir = D.dataset_folder(req.cache, spec, fingerprint)
+    held_dir = D.dataset_folder(req.cache, held, fingerprint)
+    for what, sp, folder in (("training", spec, train_dir), ("held-out", held, held_dir)):
+        bar = progress(what, len(sp.clips) * sp.frames_per_clip) if progress else None
+        res = D.build_dataset(arm, folder, sp, progress=bar)
+        print(f"train-skin: {what} set: {res.frames} frames ({res.rendered} rendered now) in "
+              f"{folder}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="painted-skin-train-") as tmp:
+        fp = Path(tmp) / "fingerprint.json"
+        fp.write_text(json.dumps(fingerprint))
+        extra = Path(tmp) / "extra.json"
+        write_json_atomic(extra, {"character": req.character, "dataset": {
+            "train": str(train_dir), "held_out": str(held_dir), "size": req.size,
+            "train_clips": [list(c) for c in spec.clips],
+            "held_out_clips": [list(c) for c in held.clips], "samples": req.samples}})
+        cmd = trainer_command(req, python, train_dir, held_dir, fp, extra)
+        proc = subprocess.Popen(cmd, env=env)
+        while True:  # the trainer finishes its step and saves a checkpoint: wait for it
+            try:
+                return proc.wait()
+            except KeyboardInterrupt:  # each Ctrl-C to it too (it only sets a flag)
+                proc.send_signal(signal.SIGINT)

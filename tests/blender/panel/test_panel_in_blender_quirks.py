@@ -1,0 +1,117 @@
+"""What a real Blender window showed the panel getting wrong, each kept right here in the
+``bpy`` module (the window check itself, ``tests/gui``, needs a Blender binary):
+
+- a fresh scene (the CLI's, the trainer's) keeps the user's preferences — resetting them
+  turns the extensions off, and Blender then deletes their wheels (pyzmq);
+- a cancelled file browser of the batch retarget is not an error;
+- training refuses, before it renders a frame, a Python that has no trainer, and a
+  Ctrl-C while it renders ends it with "stopped", the rendered frames kept;
+- a local backend that failed to start keeps its reason on the status line until a
+  backend answers (the next ping used to replace it two seconds later);
+- a Blender without OpenImageIO (a Linux distribution's) gets one line saying so.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def test_a_fresh_scene_keeps_the_users_preferences(bpy_clean):
+    from painted_skin.addon.blender.session import reset_scene
+
+    bpy = bpy_clean
+    view = bpy.context.preferences.view
+    view.show_tooltips_python = not view.show_tooltips_python
+    wanted = view.show_tooltips_python
+    bpy.ops.mesh.primitive_cube_add()
+    try:
+        reset_scene()
+        assert view.show_tooltips_python == wanted
+        assert len(bpy.data.objects) == 0 and len(bpy.data.meshes) == 0
+    finally:
+        view.show_tooltips_python = not wanted
+
+
+def test_cancelling_the_batch_file_browser_is_not_an_error(bpy_clean):
+    """Blender calls ``cancel`` when the browser is closed, before any job began."""
+    from painted_skin.addon.blender.retarget.operators import SteppedJobModal
+
+    class BrowserClosed(SteppedJobModal):  # the operator as Blender hands it back then
+        pass
+
+    BrowserClosed().cancel(bpy_clean.context)
+
+
+def _python_without_painted_skin(tmp_path: Path) -> Path:
+    """A real Python that cannot import painted_skin (no site-packages)."""
+    exe = tmp_path / "python"
+    exe.write_text(f"#!/bin/sh\nexec {sys.executable} -I -S \"$@\"\n")
+    exe.chmod(0o755)
+    return exe
+
+
+def test_training_with_a_python_without_the_trainer_stops_before_rendering(bpy_clean,
+                                                                         tmp_path, capsys):
+    from painted_skin import cli
+
+    cache = tmp_path / "cache"
+    code = cli.main(["train-skin", "--character", "demo", "--out", str(tmp_path / "m"),
+                     "--cache", str(cache), "--python",
+                     str(_python_without_painted_skin(tmp_path))])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "has no Painted Skin trainer" in err and "painted-skin[backend]" in err
+    assert not cache.exists() and not (tmp_path / "m").exists()  # nothing rendered
+
+
+def test_ctrl_c_while_the_frames_render_stops_with_them_kept(bpy_clean, tmp_path,
+                                                             monkeypatch, capsys):
+    from painted_skin.addon.blender.skin import train as T
+
+    rendered = []
+
+    def render_until_interrupted(arm, folder, spec, progress=None):
+        rendered.append(folder)
+        raise KeyboardInterrupt  # what Ctrl-C raises now that Python's handler is back
+
+    monkeypatch.setattr(T.D, "build_dataset", render_until_interrupted)
+    monkeypatch.setattr(T, "check_trainer", lambda python, env: None)
+    req = T.TrainRequest(character="demo", out=tmp_path / "m", cache=tmp_path / "cache",
+                         python=sys.executable)
+    from painted_skin.demo.character import build_demo_character
+
+    assert T.train_skin(req, characters={"demo": build_demo_character}) == 130 and rendered
+    assert "train-skin: stopped before training" in capsys.readouterr().err
+
+
+def test_a_failed_start_stays_on_the_status_line_until_a_backend_answers(bpy_clean):
+    from painted_skin.addon.blender.restyle.backend_status import LINE, LIVE, show_failure
+    from painted_skin.addon.core.backend.status import BackendStatus
+
+    saved = dict(LINE)
+    try:
+        show_failure("local backend failed to start", "no module named torch")
+        LIVE.record(BackendStatus(url="tcp://127.0.0.1:5555", error="no answer"))
+        assert LINE["text"] == "local backend failed to start"
+        assert LINE["log_tail"] == "no module named torch"
+        LIVE.record(BackendStatus(url="tcp://127.0.0.1:5555", devices=["cpu"],
+                                  pipelines=["echo"]))
+        assert LINE["ok"] and LINE["text"] != "local backend failed to start"
+        assert LINE["log_tail"] == ""
+    finally:
+        LINE.clear()
+        LINE.update(saved)
+
+
+def test_a_blender_without_openimageio_is_told_in_one_line(bpy_clean, monkeypatch,
+                                                           tmp_path):
+    from painted_skin.addon.blender.passes import image_io
+
+    monkeypatch.setattr(image_io, "_OIIO", None)
+    monkeypatch.setitem(sys.modules, "OpenImageIO", None)  # import fails
+    monkeypatch.setattr(bpy_clean.utils, "resource_path", lambda kind: str(tmp_path))
+    with pytest.raises(image_io.MissingOpenImageIO, match="python3-openimageio"):
+        image_io.oiio()

@@ -1,0 +1,115 @@
+"""The skin model's training set as Blender renders it, and train-skin's refusals: the
+character's own Cycles renders beside the fast engine's passes of the same frames,
+cached between runs; bad characters and outputs are one clear line, exit 2."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from painted_skin import cli
+
+
+@pytest.fixture
+def demo_arm(bpy_clean):
+    from painted_skin.demo.character import build_demo_character, setup_demo_scene
+
+    arm = build_demo_character()
+    setup_demo_scene(arm)
+    return arm
+
+
+def test_dataset_pairs_cycles_renders_with_passes_and_is_reused(demo_arm, tmp_path):
+    from painted_skin.addon.blender.skin import dataset as D
+
+    spec = D.DatasetSpec(size=48, frames_per_clip=3, clips=(("walk", 0), ("turn", 1)),
+                         samples=2)
+    folder = D.dataset_folder(tmp_path, spec, D.character_fingerprint(demo_arm))
+    res = D.build_dataset(demo_arm, folder, spec)
+    assert (res.frames, res.rendered, res.without_uv) == (6, 6, [])
+    files = sorted(folder.glob("*.npz"))
+    assert [f.name for f in files] == [f"{c:02d}_{f:04d}.npz" for c in (0, 1) for f in (1, 2, 3)]
+    masks = []
+    for f in files:
+        with np.load(f, allow_pickle=False) as z:
+            assert set(z.files) == set(D.PASSES) | {"beauty"}
+            beauty, mask = z["beauty"], z["mask"] > 0
+            assert beauty.shape == (48, 48, 4) and beauty.dtype == np.uint8
+            assert z["uv"].dtype == np.float32 and z["uv"][..., 2][mask].min() == 1.0
+            # The render and the passes show the same frame from the same camera.
+            # (48²: the character covers ~150 pixels, so the filtered render's edge
+            # pixels weigh on the IoU; the centroids agree to a fraction of a pixel.)
+            alpha = beauty[..., 3] > 127
+            assert (alpha & mask).sum() / (alpha | mask).sum() > 0.7
+            cy = [np.argwhere(a).mean(0) for a in (alpha, mask)]
+            assert np.abs(cy[0] - cy[1]).max() < 0.75
+            assert beauty[..., :3][mask].mean() > 10  # lit, not black
+            masks.append(mask)
+    assert not np.array_equal(masks[0], masks[3])  # another clip, another orbit
+    again = D.build_dataset(demo_arm, folder, spec)
+    assert again.rendered == 0  # cached: nothing rendered twice
+    assert D.dataset_folder(tmp_path, spec, {"meshes": []}) != folder
+    assert bpy_clean_scene_has_no_dataset_camera()
+
+
+def bpy_clean_scene_has_no_dataset_camera() -> bool:
+    import bpy
+
+    return not [o for o in bpy.data.objects if o.name.startswith("SkinDatasetCamera")]
+
+
+def test_fingerprint_names_meshes_and_counts_and_mesh_without_uvs_is_reported(demo_arm):
+    import bpy
+    from painted_skin.addon.blender.skin import dataset as D
+
+    fp = D.character_fingerprint(demo_arm)
+    names = [m[0] for m in fp["meshes"]]
+    assert names and all(n in bpy.data.objects for n in names)
+    body = bpy.data.objects[names[0]]
+    assert fp["meshes"][0][1:] == [len(body.data.vertices), len(body.data.polygons)]
+    body.data.uv_layers.remove(body.data.uv_layers[0])
+    assert D.uv_report(demo_arm) == [body.name]
+    for ob in [o for o in bpy.data.objects if o.type == "MESH"]:
+        bpy.data.objects.remove(ob)
+    with pytest.raises(D.DatasetError, match="deforms no mesh"):
+        D.character_fingerprint(demo_arm)
+
+
+@pytest.mark.parametrize("case", ["missing", "out_is_file", "out_not_a_model"])
+def test_train_skin_refuses_bad_input_in_one_line(case, tmp_path, capsys):
+    out = tmp_path / "model"
+    character = "demo"
+    if case == "missing":
+        character = str(tmp_path / "nope.glb")
+    elif case == "out_is_file":
+        out.write_text("precious")
+    else:
+        out.mkdir()
+        (out / "notes.txt").write_text("precious")
+    code = cli.main(["train-skin", "--character", character, "--out", str(out),
+                     "--python", __import__("sys").executable, "--cache", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("painted-skin: error: ")
+    assert {"missing": "no such file", "out_is_file": "is a file",
+            "out_not_a_model": "not a skin model"}[case] in err[0]
+    if case == "out_is_file":
+        assert out.read_text() == "precious"
+    if case == "out_not_a_model":
+        assert (out / "notes.txt").read_text() == "precious"
+
+
+def test_steps_alone_run_the_whole_schedule_and_minutes_alone_a_budget(tmp_path):
+    """``train-skin --steps N`` (the documented recipe of a committed model) is not cut
+    by a time budget; without ``--steps`` the budget is 20 minutes or ``--minutes``."""
+    from painted_skin.addon.blender.skin.train import TrainRequest, trainer_command
+
+    def cmd(**kw) -> list[str]:
+        req = TrainRequest("demo", tmp_path / "m", **kw)
+        return trainer_command(req, "python", tmp_path / "t", tmp_path / "h",
+                               tmp_path / "fp.json", tmp_path / "x.json")
+
+    def opt(c: list[str], name: str) -> str | None:
+        return c[c.index(name) + 1] if name in c else None
+
+    assert opt(cmd(steps=5000), "--steps") == "5000" and "--minutes" not in cmd(steps=5000)
+    assert opt(cmd(), "--minutes") == "20" and "--steps" not in cmd()
+    assert opt(cmd(minutes=5.0, steps=100), "--minutes") == "5"

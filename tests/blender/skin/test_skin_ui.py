@@ -1,0 +1,137 @@
+"""The Skin Model panel: Train runs ``painted-skin train-skin`` on the saved file as a
+child process and reports how it ended; a model trained here is served by a local backend
+started from the panel under the name "scene"."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def registered(bpy_clean):
+    from painted_skin.addon.blender.restyle import ui as restyle_ui
+    from painted_skin.addon.blender.skin import ui as skin_ui
+
+    skin_ui.register()
+    restyle_ui.register()
+    yield bpy_clean
+    restyle_ui.unregister()
+    skin_ui.unregister()
+
+
+def _saved_demo(bpy, folder: Path) -> Path:
+    from painted_skin.demo.character import build_demo_character, setup_demo_scene
+
+    arm = build_demo_character()
+    setup_demo_scene(arm)
+    path = folder / "hero.blend"
+    bpy.ops.wm.save_as_mainfile(filepath=str(path))
+    return path
+
+
+def test_train_needs_a_saved_file_and_builds_the_cli_command(registered, tmp_path):
+    from painted_skin.addon.blender.skin import ui as skin_ui
+
+    bpy = registered
+    assert not bpy.ops.painted_skin.train_skin.poll()  # unsaved: nothing to read
+    blend = _saved_demo(bpy, tmp_path)
+    assert bpy.ops.painted_skin.train_skin.poll()
+    cmd = skin_ui.train_command(str(blend), str(tmp_path / "m"), 5, 128, "cpu", True, "/py")
+    assert cmd[:3] == [sys.executable, "-m", "painted_skin.cli"]
+    assert cmd[3:] == ["train-skin", "--character", str(blend), "--out", str(tmp_path / "m"),
+                       "--minutes", "5", "--size", "128", "--device", "cpu", "--resume",
+                       "--python", "/py"]
+
+
+def test_a_model_trained_here_is_served_by_the_panels_backend_as_scene(registered, tmp_path):
+    from painted_skin.addon.blender.client import local_backend
+
+    bpy = registered
+    _saved_demo(bpy, tmp_path)
+    s = bpy.context.scene.painted_skin_skin
+    s.model_dir = str(tmp_path / "model")
+    assert bpy.ops.painted_skin.use_skin_model() == {"FINISHED"}
+    r = bpy.context.scene.painted_skin_restyle
+    assert (r.pipeline, r.model) == ("skin", "demo")  # nothing trained yet: the embedded one
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    assert bpy.ops.painted_skin.use_skin_model() == {"FINISHED"}
+    assert r.model == "scene"
+    env = local_backend.backend_env(None)
+    models = tomllib.loads(Path(env["PAINTED_SKIN_SKIN_MODELS"]).read_text())["models"]
+    assert Path(models["scene"]["path"]) == (tmp_path / "model").resolve()
+    assert "demo" in models  # the registry's own models stay
+
+
+@pytest.mark.slow
+def test_train_button_trains_a_model_headless(registered, tmp_path):
+    bpy = registered
+    _saved_demo(bpy, tmp_path)
+    s = bpy.context.scene.painted_skin_skin
+    s.model_dir, s.minutes, s.size = str(tmp_path / "model"), 0.05, "128"
+    backend = Path(__file__).resolve().parents[3] / ".venv-backend" / "bin" / "python"
+    if not backend.is_file():
+        pytest.skip("no .venv-backend (torch) to train in")
+    assert bpy.ops.painted_skin.train_skin(frames_per_clip=2, samples=2) == {"FINISHED"}
+    report = json.loads((tmp_path / "model" / "report.json").read_text())
+    assert report["dataset"]["size"] == 128 and "held_out" in report
+
+
+def test_the_scene_registry_file_goes_with_the_local_backend(bpy_clean, tmp_path) -> None:
+    """The registry file the panel writes for the scene's skin models is written whole
+    (quoted names) and removed when the local backend stops: nothing left in /tmp."""
+    import tomllib
+
+    from painted_skin.addon.blender.client import local_backend
+
+    path = local_backend.LOCAL.registry_with({"odd name.x": str(tmp_path / "model")})
+    try:
+        assert tomllib.loads(path.read_text())["models"]["odd name.x"]["path"] == str(
+            tmp_path / "model")
+    finally:
+        local_backend.stop_local_backend()
+    assert not path.exists()
+
+
+def _model_folder(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    return folder
+
+
+def test_the_picker_chooses_what_restyle_paints_with(registered, tmp_path):
+    """Trained here ("scene"), a model folder trained elsewhere ("folder", served by a
+    backend started from the panel) or a name in the backend's registry."""
+    from painted_skin.addon.blender.client import local_backend
+
+    bpy = registered
+    s, r = bpy.context.scene.painted_skin_skin, bpy.context.scene.painted_skin_restyle
+    s.model_dir = str(tmp_path / "here")
+    assert s.model_choice == "scene"
+    s.model_choice = "folder"
+    s.model_folder = str(tmp_path / "nothing")
+    assert not bpy.ops.painted_skin.use_skin_model.poll()  # greyed out, with the reason
+    with pytest.raises(RuntimeError, match="holds no config.json"):
+        bpy.ops.painted_skin.use_skin_model()
+    s.model_folder = str(_model_folder(tmp_path / "hero"))
+    assert bpy.ops.painted_skin.use_skin_model() == {"FINISHED"}
+    assert (r.pipeline, r.model) == ("skin", "folder")
+    env = local_backend.backend_env(None)
+    models = tomllib.loads(Path(env["PAINTED_SKIN_SKIN_MODELS"]).read_text())["models"]
+    assert Path(models["folder"]["path"]) == (tmp_path / "hero").resolve()
+    assert "scene" not in models  # nothing trained here yet
+
+    s.model_choice = "registry"
+    assert not bpy.ops.painted_skin.use_skin_model.poll()
+    with pytest.raises(RuntimeError, match="no model name given"):
+        bpy.ops.painted_skin.use_skin_model()
+    assert r.model == "folder"  # a refused pick changes nothing
+    s.model_name = "demo"
+    assert bpy.ops.painted_skin.use_skin_model() == {"FINISHED"}
+    assert r.model == "demo"
+    local_backend.stop_local_backend()
