@@ -24,6 +24,8 @@ _WHERE = {
     "ShotError": ".addon.blender.passes.geometry",
     "add_follow_camera": ".addon.blender.passes.auto_camera",
     "restyle_shot": ".addon.blender.restyle.loop",
+    "RestyleRequest": ".addon.blender.restyle.request",
+    "RequestError": ".addon.blender.restyle.request",
     "BackendClient": ".addon.blender.client.backend_client",
     "BackendError": ".addon.blender.client.backend_client",
     "probe_python": ".addon.core.backend.probe",

@@ -294,6 +294,8 @@ def cmd_restyle(args: argparse.Namespace) -> int:
     from .addon.blender.client.backend_client import BackendError, BackendUnavailable, check_url
     from .addon.blender.passes.image_io import read_image
     from .addon.blender.restyle.loop import (
+        RequestError,
+        RestyleRequest,
         restyle_shot,
         result_path,
         start_local_backend,
@@ -326,7 +328,15 @@ def cmd_restyle(args: argparse.Namespace) -> int:
     with removed_if_left_empty(args.out):  # a failed start leaves no empty folder behind
         check_writable(args.out, "--out folder")
         scene, frames = _open_shot(args)
-    shot = _restyle_settings(args, scene, options, refs, ref_weights)
+        # One request, checked once, before a backend is reached; its chain starts at the
+        # shot's first frame, so farm chunks paint what one run would.
+        try:
+            request = RestyleRequest.make(
+                args.out, frames=frames, url=args.url, keys=args.keys, timeout_s=args.timeout,
+                chain_start=scene.frame_start,
+                **_restyle_settings(args, scene, options, refs, ref_weights))
+        except RequestError as e:
+            raise BadInput(str(e)) from None
     stop = {"asked": False}
 
     def on_int(*_: object) -> None:  # Ctrl-C / a farm's stop: finish cleanly, keep frames
@@ -342,10 +352,8 @@ def cmd_restyle(args: argparse.Namespace) -> int:
         if args.start_backend:
             start_local_backend(args.start_backend, args.url, timeout_s=120.0)
         with frame_names(names):
-            summary = restyle_shot(scene, out, args.url, frames=frames, **shot,
-                                   keys=args.keys, timeout_s=args.timeout,
-                                   progress=progress, cancelled=lambda: stop["asked"],
-                                   chain_start=scene.frame_start)  # farm chunks agree
+            summary = restyle_shot(scene, request, progress=progress,
+                                   cancelled=lambda: stop["asked"])
     except BackendUnavailable as e:
         print(f"painted-skin: error: {e} (start one: painted-skin serve --bind {args.url}; "
               "or pass --start-backend PYTHON)", file=sys.stderr)

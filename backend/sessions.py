@@ -58,8 +58,10 @@ def parse_open(msg: Message, default_pipeline: str) -> OpenRequest:
     if not isinstance(prompt, str) or not isinstance(negative, str):
         raise bad("'prompt' and 'negative_prompt' must be strings")
     seed = h.get("seed", 0)
-    if not is_int(seed) or not -2**63 <= seed < 2**64:
+    if not is_int(seed):
         raise bad("'seed' must be an integer")
+    if not -2**63 <= seed < 2**64:
+        raise bad(f"'seed' {seed} is out of range: give an integer in {-2**63}..{2**64 - 1}")
     width, height = h.get("width"), h.get("height")
     m = entry.size_multiple
     if not (is_int(width) and is_int(height) and 0 < width <= wire.MAX_SIDE

@@ -149,7 +149,12 @@ def run_demo(out: Path, frames: int = 48, fps: float = 24.0, kind: str = "wave",
              model: str = "demo", bar: Bar | None = None) -> dict:
     """Everything above into ``out``; returns what went into ``metrics.json``."""
     from ..addon.blender.passes.render import PassOptions, make_passes
-    from ..addon.blender.restyle.loop import restyle_shot, start_local_backend, stop_local_backend
+    from ..addon.blender.restyle.loop import (
+        RestyleRequest,
+        restyle_shot,
+        start_local_backend,
+        stop_local_backend,
+    )
     from ..addon.blender.skin.dataset import TRAIN_CLIPS, beauty_settings, render_beauty
     from ..backend.evaluate.score import score
     from .shot import build_demo_shot
@@ -184,8 +189,9 @@ def run_demo(out: Path, frames: int = 48, fps: float = 24.0, kind: str = "wave",
     try:
         timings["backend_start_s"] = time.monotonic() - t0
         t0 = time.monotonic()
-        restyled = restyle_shot(scene, out / "restyle", url, frames=shot, size=size,
-                                pipeline="skin", options={"model": model},
+        request = RestyleRequest.make(out / "restyle", url=url, frames=shot, size=size,
+                                      pipeline="skin", options={"model": model})
+        restyled = restyle_shot(scene, request,
                                 progress=bar("paint", len(shot)) if bar else None)
         timings["paint_ms_per_frame"] = (time.monotonic() - t0) * 1000 / len(shot)
     finally:

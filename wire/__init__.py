@@ -13,7 +13,7 @@ sides read). Everything public is importable from here.
 from __future__ import annotations
 
 from .codec import TooBig, decode, encode, parse_header, recv_capped
-from .endpoints import is_local_endpoint, is_loopback_host
+from .endpoints import DEFAULT_URL, is_local_endpoint, is_loopback_host
 from .limits import (
     DTYPES,
     HEARTBEAT_INTERVAL,
@@ -107,7 +107,7 @@ from .segments import (
 __all__ = [
     "ALL_TYPES", "CANCEL", "CANONICAL_PASSES", "CLIENT_TYPES", "CLOSE", "CLOSED",
     "CONTROL_PASSES", "CROSS_FRAME_MODES", "CROSS_FRAME_OFF", "CrossFrameError",
-    "DISCONNECT", "DTYPES", "E_BAD_ARRAY", "E_BAD_MESSAGE", "E_BUSY", "E_CANCELLED",
+    "DEFAULT_URL", "DISCONNECT", "DTYPES", "E_BAD_ARRAY", "E_BAD_MESSAGE", "E_BUSY", "E_CANCELLED",
     "E_INTERNAL", "E_NO_SESSION", "E_TOO_BIG", "E_UNKNOWN_TYPE", "E_VERSION", "ERROR",
     "FRAME", "HEARTBEAT", "HEARTBEAT_INTERVAL", "HEARTBEAT_LIVENESS", "MAX_ARRAYS",
     "MAX_ARRAY_BYTES", "MAX_HEADER_BYTES", "MAX_HEADER_DEPTH", "MAX_INT_DIGITS",

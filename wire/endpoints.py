@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import re
 
+DEFAULT_URL = "tcp://127.0.0.1:5555"  # where a backend serves unless told otherwise
 _TCP_HOST = re.compile(r"^tcp://(?:[^;]+;)?(\[[^\]]*\]|[^:]+):")
 
 

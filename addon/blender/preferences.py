@@ -7,9 +7,9 @@ from __future__ import annotations
 import bpy
 from bpy.props import StringProperty
 
+from ...wire.endpoints import DEFAULT_URL
 from ..core.backend.probe import probe_python
 
-DEFAULT_URL = "tcp://127.0.0.1:5555"
 # The last Check's result, per Python path (drawn by the preferences and the panel).
 CHECKS: dict[str, str] = {}
 

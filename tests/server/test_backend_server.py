@@ -208,6 +208,7 @@ def test_frame_result_is_correct(serve, client):
     ({"width": 99999}, {}, "bad size"),
     ({"height": "64"}, {}, "bad size"),
     ({"seed": 1.5}, {}, "seed"),
+    ({"seed": 2**64}, {}, "out of range: give an integer in"),
     ({"options": [1]}, {}, "options"),
     ({"session": ""}, {}, "session"),
     ({}, {"ref0": np.zeros((4, 4), np.uint8)}, "uint8 (H, W, 3)"),

@@ -322,11 +322,13 @@ def test_train_skin_and_score_refuse_aliased_outputs(tmp_path, capfd) -> None:
 
 def test_restyle_shot_refuses_frames_outside_the_scene_like_passes(shot_blend, tmp_path,
                                                                    bpy_clean) -> None:
-    from painted_skin.addon.blender.restyle.loop import restyle_shot
+    from painted_skin.addon.blender.restyle.loop import RestyleRequest, restyle_shot
     from painted_skin.addon.core.files.frame_ranges import FrameRangeError
 
     bpy_clean.ops.wm.open_mainfile(filepath=str(shot_blend))
     with pytest.raises(FrameRangeError, match="outside the scene's range 1-6"):
-        restyle_shot(bpy_clean.context.scene, tmp_path / "r", "tcp://127.0.0.1:9",
-                     frames=[5, 6, 7], size=(32, 32), timeout_s=0.5)
+        restyle_shot(bpy_clean.context.scene, RestyleRequest.make(tmp_path / "r",
+                                                                  url="tcp://127.0.0.1:9",
+                                                                  frames=[5, 6, 7], size=(32, 32),
+                                                                  timeout_s=0.5))
     assert not (tmp_path / "r" / "restyle.json").exists()

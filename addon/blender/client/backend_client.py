@@ -77,7 +77,7 @@ __all__ = [
 
 log = logging.getLogger("painted_skin.client")
 
-DEFAULT_URL = "tcp://127.0.0.1:5555"
+DEFAULT_URL = P.DEFAULT_URL
 
 
 class BackendClient(Connection):

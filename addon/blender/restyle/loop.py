@@ -1,9 +1,10 @@
 """Restyle a shot through a backend: passes computed in memory, streamed over
 ZeroMQ, each returned frame written as ``OUT/restyled/####.png``.
 
-    from painted_skin.addon.blender.restyle.loop import restyle_shot
-    restyle_shot(bpy.context.scene, "/tmp/shot", "tcp://127.0.0.1:5555",
-                 frames=range(1, 49), size=512, pipeline="echo", seed=7)
+    from painted_skin.addon.blender.restyle.loop import RestyleRequest, restyle_shot
+    restyle_shot(bpy.context.scene, RestyleRequest.make(
+        "/tmp/shot", url="tcp://127.0.0.1:5555", frames=range(1, 49), size=512,
+        pipeline="echo", seed=7))
 
 The files on disk are the source of truth: a frame whose PNG exists is not
 computed or sent again, so a re-run (or a farm chunk) resumes. This is the headless
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import bpy
@@ -25,7 +26,7 @@ import numpy as np
 from ....wire import CANONICAL_PASSES, CONTROL_PASSES, WIRE_PASSES, to_wire
 from ...core.files.atomic import check_writable, write_npy_atomic
 from ...core.files.frame_ranges import check_in_scene
-from ..client.backend_client import DEFAULT_URL, BackendClient, BackendError, Result
+from ..client.backend_client import BackendClient, BackendError, Result
 from ..client.local_backend import (  # noqa: F401 (re-exported: the CLI, the demo)
     backend_python,
     launch_local_backend,
@@ -56,6 +57,7 @@ from .output import (  # noqa: F401 (re-exported: the CLI, farm recipes, tests)
     result_path,
     shot_settings,
 )
+from .request import RequestError, RestyleRequest  # noqa: F401 (re-exported: the API)
 
 Progress = Callable[[int, int, int], None]  # (done, total, frame)
 
@@ -217,38 +219,30 @@ def shot_options(scene: bpy.types.Scene, out: Path, width: int, height: int,
     return options
 
 
-def _size(size: int | tuple[int, int]) -> tuple[int, int]:
-    return (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
-
-
-def restyle_shot(scene: bpy.types.Scene, out_dir: str | Path, url: str = DEFAULT_URL,
-                 frames: Iterable[int] | None = None, size: int | tuple[int, int] = 512,
-                 pipeline: str = "echo", prompt: str = "", seed: int = 0,
-                 negative_prompt: str = "", options: dict | None = None,
-                 refs: Iterable[np.ndarray] = (), keys=None, engine: str = "fast",
-                 client: BackendClient | None = None, timeout_s: float = 30.0,
-                 progress: Progress | None = None, cancelled: Callable[[], bool] | None = None,
-                 on_dead: Callable[[], None] | None = None,
-                 chain_start: int | None = None) -> dict:
-    """Restyle ``frames`` (default: the scene range) into ``out_dir/restyled``;
-    blocking. Frames already on disk are skipped. ``size``: int or (width, height).
-    ``chain_start``: where a temporal shot's chain begins (default: the first frame
-    of ``frames``); a run that would begin it elsewhere is refused (:func:`check_chain`),
-    so farm chunks given the shot's first frame paint what one run would.
-    Returns a summary (frames, written, skipped, dropped, reconnects, seconds)."""
-    out = check_writable(out_dir, "restyle output folder")
-    width, height = _size(size)
-    frames = list(frames if frames is not None else range(scene.frame_start,
-                                                            scene.frame_end + 1))
+def restyle_shot(scene: bpy.types.Scene, request: RestyleRequest, *,
+                 client: BackendClient | None = None, progress: Progress | None = None,
+                 cancelled: Callable[[], bool] | None = None,
+                 on_dead: Callable[[], None] | None = None) -> dict:
+    """Restyle ``request``'s frames (default: the scene range) into
+    ``request.out/restyled``; blocking. Frames already on disk are skipped. A temporal
+    shot's chain begins at ``request.chain_start`` (default: its first frame); a run that
+    would begin it elsewhere is refused (:func:`check_chain`), so farm chunks given the
+    shot's first frame paint what one run would. ``client``: a connected client to reuse
+    (else one for ``request.url``). Returns a summary (frames, written, skipped, dropped,
+    reconnects, seconds)."""
+    r = request.checked()
+    out = check_writable(r.out, "restyle output folder")
+    width, height = r.size
+    frames = list(r.frames if r.frames is not None else range(scene.frame_start,
+                                                               scene.frame_end + 1))
     if frames:  # the same check as the passes': frames within the scene's range
         check_in_scene(range(min(frames), max(frames) + 1), scene.frame_start, scene.frame_end)
-    options = pipeline_options(scene, pipeline, shot_options(scene, out, width, height,
-                                                             options))
-    refs = list(refs)
-    settings = shot_settings(pipeline, prompt, negative_prompt, seed, width, height, options,
-                             refs)
-    start = frames[0] if chain_start is None or not frames else chain_start
-    check_chain(out, frames, start, pipeline, options)  # before anything is written
+    options = pipeline_options(scene, r.pipeline, shot_options(scene, out, width, height,
+                                                               dict(r.options)))
+    settings = shot_settings(r.pipeline, r.prompt, r.negative_prompt, r.seed, width, height,
+                             options, r.refs)
+    start = frames[0] if r.chain_start is None or not frames else r.chain_start
+    check_chain(out, frames, start, r.pipeline, options)  # before anything is written
     with check_settings(out, settings) as run_lock:  # held while this run writes it
         todo = [f for f in frames if not frame_done(out, f)]
         done = len(frames) - len(todo)
@@ -262,10 +256,10 @@ def restyle_shot(scene: bpy.types.Scene, out_dir: str | Path, url: str = DEFAULT
         result_path(out, todo[0]).parent.mkdir(parents=True, exist_ok=True)
         own = client is None
         if client is None:
-            client = BackendClient(url, keys=keys, timeout_s=timeout_s, on_dead=on_dead)
+            client = BackendClient(r.url, keys=r.keys, timeout_s=r.timeout_s, on_dead=on_dead)
         frame_now = scene.frame_current
         t0 = time.monotonic()
-        carry = CarrySource(scene, out, width, height, engine, options, start, pipeline)
+        carry = CarrySource(scene, out, width, height, r.engine, options, start, r.pipeline)
 
         def on_result(r: Result) -> None:
             nonlocal done
@@ -276,11 +270,12 @@ def restyle_shot(scene: bpy.types.Scene, out_dir: str | Path, url: str = DEFAULT
                 progress(done, len(frames), r.frame)
 
         try:
-            client.open(pipeline, width, height, prompt=prompt,
-                        negative_prompt=negative_prompt, seed=seed, options=options, refs=refs)
-            check_model(out, client.model_id, str(options.get("model") or pipeline),
+            client.open(r.pipeline, width, height, prompt=r.prompt,
+                        negative_prompt=r.negative_prompt, seed=r.seed, options=options,
+                        refs=list(r.refs))
+            check_model(out, client.model_id, str(options.get("model") or r.pipeline),
                         run_lock)
-            passes = shot_frames(scene, todo, width, height, engine, wire_passes(pipeline))
+            passes = shot_frames(scene, todo, width, height, r.engine, wire_passes(r.pipeline))
             run = client.run_shot(carry.remembering(passes), on_result, cancelled=cancelled,
                                   carry_for=carry, primers_for=carry.primers)
             summary["dropped"] = run["dropped"]

@@ -25,13 +25,14 @@ from bpy.props import (
     StringProperty,
 )
 
+from ....wire.endpoints import DEFAULT_URL
 from ...core.backend.status import CUSTOM, DEFAULT_ITEM, DEFAULT_MODEL, model_items, pipeline_items
 from ..classes import register_classes, unregister_classes
-from ..client.backend_client import DEFAULT_URL
 from ..out_paths import PATH_OPTIONS, output_folder
 from ..passes.geometry import ShotError
 from ..preferences import preferences
 from .backend_status import LIVE, set_source
+from .request import RestyleRequest
 
 # Blender keeps only pointers to an items callback's strings: the lists it returned must
 # stay referenced from Python, or the dropdown shows freed memory (or crashes).
@@ -287,6 +288,17 @@ def restyle_args(s: PS_RestyleSettings) -> dict:
         raise ShotError("no pipeline is set: choose one in the Pipeline menu")
     return {"pipeline": pipeline, "prompt": s.prompt, "negative_prompt": s.negative_prompt,
             "seed": s.seed, "options": restyle_options(s)}
+
+
+def panel_request(context) -> RestyleRequest:
+    """The Restyle panel's settings as one request, the reference images read now: what
+    *Restyle Shot* paints, headless or in a window. Raises :class:`RequestError` (a bad
+    value), :class:`ShotError` (no pipeline), ``UnwritableOutput`` or ``OSError`` (an
+    output folder or reference image that cannot be used)."""
+    s = settings(context)
+    return RestyleRequest.make(out_folder(context), url=backend_url(context),
+                               keys=keys_folder(context), size=(s.width, s.height),
+                               refs=reference_images(s), **restyle_args(s))
 
 
 def _rgb8(img: np.ndarray) -> np.ndarray:

@@ -44,6 +44,7 @@ from .loop import (
 from .output import RESTYLED, check_model, check_settings, frame_done, shot_settings
 from .panel import CLASSES as PANEL_CLASSES
 from .panel import ActiveRun
+from .request import RequestError
 from .results_ui import CLASSES as RESULT_CLASSES
 from .settings import (
     PS_RestyleReference,
@@ -51,8 +52,7 @@ from .settings import (
     backend_url,
     keys_folder,
     out_folder,
-    reference_images,
-    restyle_args,
+    panel_request,
     settings,
 )
 from .viewer import show_results
@@ -104,18 +104,12 @@ class PS_OT_restyle(bpy.types.Operator):
             cls.poll_message_set(why)
         return why is None
 
-    def _args(self, context) -> dict:
-        return restyle_args(_settings(context))
-
     def execute(self, context):
         # Headless (blender -b, the bpy module): no event loop, run blocking.
-        s = _settings(context)
         try:
-            summary = restyle_shot(context.scene, _out(context), backend_url(context),
-                                   size=(s.width, s.height), keys=_keys(context),
-                                   on_dead=restart_local_if_dead, refs=reference_images(s),
-                                   **self._args(context))
-        except (ShotError, BackendError, UnwritableOutput, OSError) as e:
+            summary = restyle_shot(context.scene, panel_request(context),
+                                   on_dead=restart_local_if_dead)
+        except (ShotError, BackendError, UnwritableOutput, OSError, RequestError) as e:
             self.report({"ERROR"}, error_text(e))
             return {"CANCELLED"}
         self.report({"INFO"}, f"restyled: {summary['written'] + summary['skipped']}/"
@@ -128,13 +122,13 @@ class PS_OT_restyle(bpy.types.Operator):
         s, scene = _settings(context), context.scene
         self._frames = list(range(scene.frame_start, scene.frame_end + 1))
         try:
-            args = self._args(context)
-            self._out = _out(context)
-            args["options"] = pipeline_options(scene, args["pipeline"], shot_options(
-                scene, self._out, s.width, s.height, args.get("options")))
-            refs = reference_images(s)
+            req = panel_request(context)
+            self._out, (w, h) = req.out, req.size
+            options = pipeline_options(scene, req.pipeline, shot_options(
+                scene, self._out, w, h, dict(req.options)))
             self._run_lock = check_settings(self._out, shot_settings(
-                width=s.width, height=s.height, refs=refs, **args))
+                req.pipeline, req.prompt, req.negative_prompt, req.seed, w, h, options,
+                req.refs))
             todo = [f for f in self._frames if not frame_done(self._out, f)]
             self._done, self._frame_now = len(self._frames) - len(todo), scene.frame_current
             if not todo:
@@ -142,21 +136,20 @@ class PS_OT_restyle(bpy.types.Operator):
                 show_results(context, self._out, self._frames, s.use_vse)
                 self.report({"INFO"}, "restyle: every frame is already done")
                 return {"FINISHED"}
-            self._client = BackendClient(backend_url(context), keys=_keys(context),
-                                         on_dead=restart_local_if_dead)
-            pipeline = args.pop("pipeline")
-            self._model = str((args.get("options") or {}).get("model") or pipeline)
+            self._client = BackendClient(req.url, keys=req.keys, on_dead=restart_local_if_dead)
+            self._model = str(options.get("model") or req.pipeline)
             self._model_checked = False
-            self._client.open(pipeline, s.width, s.height, wait=False, refs=refs, **args)
+            self._client.open(req.pipeline, w, h, wait=False, refs=list(req.refs),
+                              prompt=req.prompt, negative_prompt=req.negative_prompt,
+                              seed=req.seed, options=options)
             (self._out / RESTYLED).mkdir(parents=True, exist_ok=True)
-            w, h = s.width, s.height
-            carry = CarrySource(scene, self._out, w, h, options=args.get("options"),
-                                first=self._frames[0], pipeline=pipeline)
-            frames = shot_frames(scene, todo, w, h, passes=wire_passes(pipeline))
+            carry = CarrySource(scene, self._out, w, h, options=options,
+                                first=self._frames[0], pipeline=req.pipeline)
+            frames = shot_frames(scene, todo, w, h, passes=wire_passes(req.pipeline))
             self._client.start_shot(carry.remembering(frames),
                                     lambda r: self._on_result(r, w, h), carry_for=carry,
                                     primers_for=carry.primers)
-        except (ShotError, BackendError, UnwritableOutput, OSError) as e:
+        except (ShotError, BackendError, UnwritableOutput, OSError, RequestError) as e:
             if getattr(self, "_run_lock", None) is not None:
                 self._run_lock.close()
             if getattr(self, "_client", None) is not None:

@@ -423,8 +423,8 @@ def test_panel_shows_progress_and_its_cancel_button_stops_the_run(
 
     class Op:
         op = restyle_ui.PS_OT_restyle
-        invoke, modal, _finish, _release, _on_result, _args = (
-            op.invoke, op.modal, op._finish, op._release, op._on_result, op._args)
+        invoke, modal, _finish, _release, _on_result = (
+            op.invoke, op.modal, op._finish, op._release, op._on_result)
         _timer = None
 
         def report(self, kind, text):

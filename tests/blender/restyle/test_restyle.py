@@ -37,15 +37,21 @@ def test_restyle_shot_writes_every_frame_and_resumes(bpy_clean, shot_blend, back
                                                      tmp_path):
     from painted_skin.addon.blender.passes.geometry import ShotError
     from painted_skin.addon.blender.passes.image_io import read_image
-    from painted_skin.addon.blender.restyle.loop import restyle_shot, result_path, shot_frames
+    from painted_skin.addon.blender.restyle.loop import (
+        RestyleRequest,
+        restyle_shot,
+        result_path,
+        shot_frames,
+    )
     from painted_skin.backend.pipelines.echo import echo_image
     from painted_skin.backend.server import frame_seed
 
     scene = open_shot(bpy_clean, shot_blend)
     frames = range(2, 8)
     seen: list[tuple[int, int, int]] = []
-    s = restyle_shot(scene, tmp_path, backend_url, frames=frames, size=(48, 64), seed=5,
-                     progress=lambda *p: seen.append(p))
+    s = restyle_shot(scene, RestyleRequest.make(tmp_path, url=backend_url, frames=frames,
+                                                size=(48, 64), seed=5
+                                               ), progress=lambda *p: seen.append(p))
     assert (s["written"], s["skipped"], s["frames"]) == (6, 0, 6)
     assert seen[-1][:2] == (6, 6)
     for f in frames:
@@ -67,14 +73,16 @@ def test_restyle_shot_writes_every_frame_and_resumes(bpy_clean, shot_blend, back
     for f in (3, 6):
         result_path(tmp_path, f).unlink()
     stamp = {f: result_path(tmp_path, f).stat().st_mtime_ns for f in (2, 4, 5, 7)}
-    s = restyle_shot(scene, tmp_path, backend_url, frames=frames, size=(48, 64), seed=5)
+    s = restyle_shot(scene, RestyleRequest.make(tmp_path, url=backend_url, frames=frames,
+                                                size=(48, 64), seed=5))
     assert (s["written"], s["skipped"]) == (2, 4)
     assert all(result_path(tmp_path, f).stat().st_mtime_ns == t for f, t in stamp.items())
     assert json.loads((tmp_path / "restyle.json").read_text())["options"] == opts
-    assert restyle_shot(scene, tmp_path, backend_url, frames=frames, size=(48, 64),
-                        seed=5)["written"] == 0
+    assert restyle_shot(scene, RestyleRequest.make(tmp_path, url=backend_url, frames=frames,
+                                                   size=(48, 64), seed=5))["written"] == 0
     with pytest.raises(ShotError, match="other settings"):
-        restyle_shot(scene, tmp_path, backend_url, frames=frames, size=(48, 64), seed=6)
+        restyle_shot(scene, RestyleRequest.make(tmp_path, url=backend_url, frames=frames,
+                                                size=(48, 64), seed=6))
 
 
 def test_a_rerun_with_other_reference_images_refuses(bpy_clean, shot_blend, backend_url,
@@ -82,19 +90,20 @@ def test_a_rerun_with_other_reference_images_refuses(bpy_clean, shot_blend, back
     """The reference images are a shot setting: frames painted with one set are never
     resumed with another (nor with none); the same images resume."""
     from painted_skin.addon.blender.passes.geometry import ShotError
-    from painted_skin.addon.blender.restyle.loop import restyle_shot
+    from painted_skin.addon.blender.restyle.loop import RestyleRequest, restyle_shot
 
     scene = open_shot(bpy_clean, shot_blend)
     front = np.full((8, 8, 3), 40, np.uint8)
     side = np.full((8, 8, 3), 90, np.uint8)
     run = {"frames": range(2, 4), "size": (48, 64), "seed": 5}
-    assert restyle_shot(scene, tmp_path, backend_url, refs=[front], **run)["written"] == 2
+    assert restyle_shot(scene, RestyleRequest.make(tmp_path, url=backend_url, refs=[front], **run
+                                                  ))["written"] == 2
     for refs in ([side], [front, side], []):
         with pytest.raises(ShotError, match=r"other settings \(refs\)"):
-            restyle_shot(scene, tmp_path, backend_url, refs=refs, frames=range(2, 5),
-                         size=(48, 64), seed=5)
-    again = restyle_shot(scene, tmp_path, backend_url, refs=[front.copy()], frames=range(2, 5),
-                         size=(48, 64), seed=5)
+            restyle_shot(scene, RestyleRequest.make(tmp_path, url=backend_url, refs=refs,
+                                                    frames=range(2, 5), size=(48, 64), seed=5))
+    again = restyle_shot(scene, RestyleRequest.make(tmp_path, url=backend_url, refs=[front.copy()],
+                                                    frames=range(2, 5), size=(48, 64), seed=5))
     assert (again["written"], again["skipped"]) == (1, 2)
 
 
@@ -205,7 +214,7 @@ def _fake_modal_run(bpy, cancel_after: int | None = None) -> tuple[set, object, 
     class Op:
         op = restyle_ui.PS_OT_restyle
         invoke, modal, _finish, _release = op.invoke, op.modal, op._finish, op._release
-        _on_result, _args = op._on_result, op._args
+        _on_result = op._on_result
         _timer = None
         reports: list = []
 
@@ -277,7 +286,7 @@ def test_cli_restyle_headless(serve, bpy_clean, tmp_path, capsys) -> None:
 def test_panel_fields_become_pipeline_options(bpy_clean) -> None:
     import painted_skin
     from painted_skin.addon.blender.passes.geometry import ShotError
-    from painted_skin.addon.blender.restyle.ui import restyle_args
+    from painted_skin.addon.blender.restyle.settings import restyle_args
 
     painted_skin.register()
     try:

@@ -47,7 +47,7 @@ def backend():
 def test_demo_shot_restyled_by_the_tiny_diffusion_pipeline(backend, bpy_clean, tmp_path):
     from painted_skin.addon.blender.client.backend_client import BackendClient
     from painted_skin.addon.blender.passes.image_io import read_image
-    from painted_skin.addon.blender.restyle.loop import restyle_shot
+    from painted_skin.addon.blender.restyle.loop import RestyleRequest, restyle_shot
     from painted_skin.addon.blender.retarget.api import retarget_clip
     from painted_skin.demo.character import build_demo_character, setup_demo_scene
 
@@ -60,17 +60,19 @@ def test_demo_shot_restyled_by_the_tiny_diffusion_pipeline(backend, bpy_clean, t
     scene = bpy_clean.context.scene
     options = {"tiny": True, "steps": 2, "scheduler": "lcm", "temporal": True}
     out = tmp_path / "shot"
-    summary = restyle_shot(scene, out, url, frames=range(2, 5), size=64,
-                           pipeline="sd15-controlnet", prompt="a painted knight", seed=3,
-                           options=options, timeout_s=120)
+    summary = restyle_shot(scene, RestyleRequest.make(out, url=url, frames=range(2, 5), size=64,
+                                                      pipeline="sd15-controlnet",
+                                                      prompt="a painted knight", seed=3,
+                                                      options=options, timeout_s=120))
     assert summary["written"] == 3
     frames = [read_image(out / "restyled" / f"{f:04d}.png") for f in range(2, 5)]
     assert all(f.shape == (64, 64, 3) and f.dtype == np.uint8 for f in frames)
     assert np.std(frames[0]) > 1  # a picture, not a flat fill
     # Re-running resumes: nothing left to compute.
-    again = restyle_shot(scene, out, url, frames=range(2, 5), size=64,
-                         pipeline="sd15-controlnet", prompt="a painted knight", seed=3,
-                         options=options, timeout_s=120)
+    again = restyle_shot(scene, RestyleRequest.make(out, url=url, frames=range(2, 5), size=64,
+                                                    pipeline="sd15-controlnet",
+                                                    prompt="a painted knight", seed=3,
+                                                    options=options, timeout_s=120))
     assert again["written"] == 0 and again["skipped"] == 3
 
 
@@ -82,6 +84,7 @@ def test_a_resumed_temporal_shot_is_the_uninterrupted_one(backend, bpy_clean, tm
     frame is run again first, to record the same anchor."""
     from painted_skin.addon.blender.passes.image_io import read_image
     from painted_skin.addon.blender.restyle.loop import (
+        RestyleRequest,
         carry_path,
         restyle_shot,
         start_local_backend,
@@ -98,11 +101,11 @@ def test_a_resumed_temporal_shot_is_the_uninterrupted_one(backend, bpy_clean, tm
               options={"tiny": True, "steps": 2, "scheduler": "lcm", "temporal": True, **extra},
               timeout_s=120)
     whole, parts = tmp_path / "whole", tmp_path / "parts"
-    restyle_shot(scene, whole, url, frames=range(2, 8), **kw)
-    restyle_shot(scene, parts, url, frames=range(2, 5), **kw)
+    restyle_shot(scene, RestyleRequest.make(whole, url=url, frames=range(2, 8), **kw))
+    restyle_shot(scene, RestyleRequest.make(parts, url=url, frames=range(2, 5), **kw))
     assert carry_path(parts, 4).exists()
     start_local_backend(str(BACKEND_PY), url, timeout_s=120)  # a new process: no state
-    resumed = restyle_shot(scene, parts, url, frames=range(2, 8), **kw)
+    resumed = restyle_shot(scene, RestyleRequest.make(parts, url=url, frames=range(2, 8), **kw))
     assert (resumed["skipped"], resumed["written"]) == (3, 3)
     for f in range(2, 8):
         a = read_image(whole / "restyled" / f"{f:04d}.png")

@@ -50,6 +50,7 @@ def test_a_rerun_with_a_retrained_model_refuses_and_an_unchanged_one_resumes(
         MODEL_KEY,
         SETTINGS_FILE,
         ModelChanged,
+        RestyleRequest,
         restyle_shot,
         result_path,
     )
@@ -58,14 +59,16 @@ def test_a_rerun_with_a_retrained_model_refuses_and_an_unchanged_one_resumes(
     scene, size, out = bpy_clean.context.scene, _size(my_model), tmp_path / "out"
     opts = {"model": "mine"}
     _, url = serve()
-    s = restyle_shot(scene, out, url, frames=[2], size=size, pipeline="skin", options=opts)
+    s = restyle_shot(scene, RestyleRequest.make(out, url=url, frames=[2], size=size,
+                                                pipeline="skin", options=opts))
     assert s["written"] == 1
     first = json.loads((out / SETTINGS_FILE).read_text())[MODEL_KEY]
     assert first.startswith("blake2b:")
 
     # The same model (a new backend process loads it again): the run resumes.
     _, url = serve()
-    s = restyle_shot(scene, out, url, frames=[2, 3], size=size, pipeline="skin", options=opts)
+    s = restyle_shot(scene, RestyleRequest.make(out, url=url, frames=[2, 3], size=size,
+                                                pipeline="skin", options=opts))
     assert (s["skipped"], s["written"]) == (1, 1)
     assert json.loads((out / SETTINGS_FILE).read_text())[MODEL_KEY] == first
 
@@ -73,14 +76,14 @@ def test_a_rerun_with_a_retrained_model_refuses_and_an_unchanged_one_resumes(
     _, url = serve()  # a backend that loads the retrained folder
     with pytest.raises(ModelChanged, match=r"the frames in .* were painted by another version "
                                            r"of model 'mine'.*another output folder"):
-        restyle_shot(scene, out, url, frames=[2, 3, 4], size=size, pipeline="skin",
-                     options=opts)
+        restyle_shot(scene, RestyleRequest.make(out, url=url, frames=[2, 3, 4], size=size,
+                                                pipeline="skin", options=opts))
     assert not result_path(out, 4).exists()  # nothing mixed in
     assert json.loads((out / SETTINGS_FILE).read_text())[MODEL_KEY] == first
 
     # A new folder takes the retrained model, with its own identity.
-    s = restyle_shot(scene, tmp_path / "new", url, frames=[2], size=size, pipeline="skin",
-                     options=opts)
+    s = restyle_shot(scene, RestyleRequest.make(tmp_path / "new", url=url, frames=[2], size=size,
+                                                pipeline="skin", options=opts))
     assert s["written"] == 1
     second = json.loads((tmp_path / "new" / SETTINGS_FILE).read_text())[MODEL_KEY]
     assert second.startswith("blake2b:") and second != first

@@ -64,7 +64,7 @@ def shot_blend(tmp_path_factory) -> Path:
 def test_two_concurrent_restyles_one_succeeds_frames_of_one_seed(serve, shot_blend, tmp_path,
                                                                  bpy_clean, capsys) -> None:
     from painted_skin.addon.blender.passes.image_io import read_image
-    from painted_skin.addon.blender.restyle.loop import restyle_shot, result_path
+    from painted_skin.addon.blender.restyle.loop import RestyleRequest, restyle_shot, result_path
 
     _, ep = serve()
     out = tmp_path / "shared"
@@ -90,8 +90,8 @@ def test_two_concurrent_restyles_one_succeeds_frames_of_one_seed(serve, shot_ble
     # Every frame is the winner's: as a run of that seed alone makes it.
     bpy_clean.ops.wm.open_mainfile(filepath=str(shot_blend))
     ref = tmp_path / "alone"
-    restyle_shot(bpy_clean.context.scene, ref, ep, size=(32, 32), seed=winner,
-                 options={"steps": 1})
+    restyle_shot(bpy_clean.context.scene, RestyleRequest.make(ref, url=ep, size=(32, 32),
+                                                              seed=winner, options={"steps": 1}))
     names = sorted(p.name for p in (out / "restyled").iterdir())
     assert names == [f"{f:04d}.png" for f in range(1, 7)]
     for f in range(1, 7):

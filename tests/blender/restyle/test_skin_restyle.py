@@ -33,6 +33,7 @@ def test_skin_pipeline_paints_the_shot_exactly_as_the_model(bpy_clean, shot, ski
     from painted_skin.addon.blender.client.backend_client import BackendError
     from painted_skin.addon.blender.passes.image_io import read_image
     from painted_skin.addon.blender.restyle.loop import (
+        RestyleRequest,
         restyle_shot,
         result_path,
         shot_frames,
@@ -44,7 +45,8 @@ def test_skin_pipeline_paints_the_shot_exactly_as_the_model(bpy_clean, shot, ski
     scene = bpy_clean.context.scene
     size = json.loads((model_dir / "report.json").read_text()).get("dataset", {}).get("size",
                                                                                       128)
-    s = restyle_shot(scene, tmp_path, skin_backend, frames=[2, 3], size=size, pipeline="skin")
+    s = restyle_shot(scene, RestyleRequest.make(tmp_path, url=skin_backend, frames=[2, 3],
+                                                size=size, pipeline="skin"))
     assert (s["written"], s["frames"]) == (2, 2)
     settings = json.loads((tmp_path / "restyle.json").read_text())
     assert settings["options"]["character"]["meshes"]  # the fingerprint travelled
@@ -59,6 +61,7 @@ def test_skin_pipeline_paints_the_shot_exactly_as_the_model(bpy_clean, shot, ski
 
     other = {"meshes": [["SomeoneElse", 10, 8]]}
     with pytest.raises(BackendError, match="character"):
-        restyle_shot(scene, tmp_path / "other", skin_backend, frames=[2], size=size,
-                     pipeline="skin", options={"character": other})
+        restyle_shot(scene, RestyleRequest.make(tmp_path / "other", url=skin_backend, frames=[2],
+                                                size=size, pipeline="skin",
+                                                options={"character": other}))
     assert not list((tmp_path / "other").glob("restyled/*.png"))

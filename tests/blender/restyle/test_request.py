@@ -1,0 +1,61 @@
+"""The restyle request record: one check for every front end, one line per mistake, and a
+seed as large as the backend takes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import demo_walk_blend
+from painted_skin import cli
+from painted_skin.addon.blender.restyle.request import (
+    SEED_RANGE,
+    RequestError,
+    RestyleRequest,
+)
+
+
+def test_make_normalises_loose_values() -> None:
+    r = RestyleRequest.make("out", frames=range(2, 5), size=64, refs=[np.zeros((4, 4, 3),
+                                                                               np.uint8)])
+    assert (r.out, r.frames, r.size, len(r.refs)) == (Path("out"), (2, 3, 4), (64, 64), 1)
+    assert r.with_(seed=7).seed == 7 and r.seed == 0  # a checked copy, the record unchanged
+
+
+@pytest.mark.parametrize(("fields", "word"), [
+    ({"size": 0}, "size"),
+    ({"size": (64, 9000)}, "size"),
+    ({"size": (64.5, 64)}, "size"),
+    ({"pipeline": " "}, "pipeline"),
+    ({"seed": SEED_RANGE[1] + 1}, "seed"),
+    ({"seed": SEED_RANGE[0] - 1}, "seed"),
+    ({"seed": True}, "seed"),
+    ({"engine": "eevee"}, "engine"),
+    ({"timeout_s": float("nan")}, "timeout"),
+    ({"timeout_s": 0}, "timeout"),
+    ({"frames": [1.5]}, "frames"),
+    ({"refs": [np.zeros((4, 4), np.uint8)]}, "reference image 1"),
+    ({"refs": [np.zeros((4, 4, 3), np.float32)]}, "reference image 1"),
+])
+def test_a_bad_field_is_one_line_naming_it(fields, word) -> None:
+    with pytest.raises(RequestError, match=word) as e:
+        RestyleRequest.make("out", **fields)
+    assert "\n" not in str(e.value)
+
+
+def test_the_seed_range_is_the_backends() -> None:
+    """The largest seed an OPEN takes is a valid request (it is an integer, not too big)."""
+    assert RestyleRequest.make("out", seed=SEED_RANGE[1]).seed == 2**64 - 1
+    assert RestyleRequest.make("out", seed=SEED_RANGE[0]).seed == -2**63
+
+
+def test_the_cli_refuses_an_out_of_range_seed_before_writing(tmp_path, capfd) -> None:
+    shot = demo_walk_blend(tmp_path / "shot", frames=3)
+    out = tmp_path / "restyled"
+    code = cli.main(["restyle", str(shot), "--out", str(out), "--pipeline", "echo",
+                     "--seed", str(2**64), "--url", "tcp://127.0.0.1:9"])
+    err = [ln for ln in capfd.readouterr().err.splitlines() if ln.strip()]
+    assert code == 2
+    assert len(err) == 1 and "seed" in err[0] and str(2**64 - 1) in err[0]
+    assert not out.exists()  # nothing written, not even the folder
