@@ -7,6 +7,7 @@ fills each F-Curve with ``keyframe_points.add`` + ``foreach_set``.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Generator
@@ -235,7 +236,8 @@ def write_action_steps(obj: bpy.types.Object, skel: Skeleton, basis_rot: np.ndar
         ad.action = action
         ad.action_slot = slot
     except BaseException:  # an error, or the generator closed (cancelled) mid-bake
-        bpy.data.actions.remove(action)
+        with contextlib.suppress(ReferenceError):  # gone already: File > New, a reload
+            bpy.data.actions.remove(action)
         raise
     return action
 
