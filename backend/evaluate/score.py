@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from ...addon.core.files.atomic import check_writable, read_json, write_json_atomic
+from ...addon.core.files.paths import check_distinct
 from ...addon.core.passes.encodings import CONVENTIONS
 from . import metrics
 from .images import UnreadableImage, read_exr, read_png
@@ -144,6 +145,21 @@ def find_sources(reference: Path, frames: Path, passes: Path | None = None) -> S
                             "passes": passes})
 
 
+def read_files(src: Sources) -> dict[str, Path]:
+    """Every file a scoring run reads, named as an error shows it: the numbered frames of
+    each source and the folders' manifests (a ``--json`` there would replace them)."""
+    files = {f"{what} frame {f}": p
+             for what, found in (("reference", src.reference), ("restyled", src.frames),
+                                 ("mask", src.mask), ("depth", src.depth),
+                                 ("motion", src.motion))
+             for f, p in found.items()}
+    for folder in {*src.folders.values(), *(d.parent for d in src.folders.values())}:
+        for name in ("manifest.json", "restyle.json"):
+            if (folder / name).is_file():
+                files[name] = folder / name
+    return files
+
+
 # The same vectors under the channel names R, G, B, A (what older passes folders say).
 _MOTION_BEFORE = ("EXR float32 pixels, channels R,G = (u, v) to the previous frame, B,A = "
                   "(u, v) to the next frame: where this pixel's surface point is in that "
@@ -233,6 +249,7 @@ def score(reference: str | Path, frames: str | Path, passes: str | Path | None =
     occ = occlusion or Occlusion()
     src = find_sources(Path(reference), Path(frames), Path(passes) if passes else None)
     out = Path(json_path) if json_path else src.folders["frames"] / JSON_NAME
+    check_distinct({"--json": out}, read_files(src))  # never written over what it reads
     check_writable(out, "score JSON", folder=False)
     notes: list[str] = []
     ref_set, frame_set, mask_set = set(src.reference), set(src.frames), set(src.mask)

@@ -582,3 +582,21 @@ def test_frames_named_by_a_farm_pattern_are_numbered(tmp_path: Path) -> None:
     (plain / "0007.png").write_bytes(b"x")
     (plain / "shot_0008.png").write_bytes(b"x")  # a tie: the plain naming wins
     assert list(numbered(plain, "png")) == [7]
+
+
+@pytest.mark.parametrize("target", ["out/restyled/0002.png", "passes/mask/0001.png",
+                                    "passes/depth/0003.exr", "passes/manifest.json"])
+def test_a_json_naming_an_input_is_refused_and_the_input_kept(tmp_path: Path, capsys,
+                                                              target) -> None:
+    shot = _shot()
+    passes = _write_passes(tmp_path / "passes", shot)
+    (passes / "manifest.json").write_text("{}")
+    _write_frames(tmp_path / "out" / "restyled", {fr["frame"]: fr["beauty"] for fr in shot})
+    victim = tmp_path / target
+    before = victim.read_bytes()
+    rc, _, err = _run(capsys, "--reference", str(passes), "--frames", str(tmp_path / "out"),
+                      "--json", str(victim))
+    assert rc == 2
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "--json" in lines[0] and "another path" in lines[0], err
+    assert victim.read_bytes() == before
