@@ -285,7 +285,7 @@ def build_dataset(arm: bpy.types.Object, folder: Path, spec: DatasetSpec,
                     for f in todo:
                         if cancelled is not None and cancelled():
                             raise KeyboardInterrupt
-                        beauty = render_beauty(scene, f, folder)
+                        beauty = _render_unless_stopped(scene, f, folder, cancelled)
                         _save_frame(frame_file(folder, ci, f), passes[f], beauty)
                         rendered += 1
                         done += 1
@@ -298,6 +298,22 @@ def build_dataset(arm: bpy.types.Object, folder: Path, spec: DatasetSpec,
         bpy.data.objects.remove(cam)
         bpy.data.cameras.remove(cam_data)
     return DatasetResult(folder, total, rendered, fingerprint, uv_report(arm))
+
+
+def _render_unless_stopped(scene: bpy.types.Scene, frame: int, folder: Path,
+                           cancelled: Callable[[], bool] | None) -> np.ndarray:
+    """One beauty frame. Cycles swallows a Ctrl-C raised while it renders (it prints
+    the KeyboardInterrupt and goes on), so a stop asked for meanwhile is honoured here:
+    the frame, maybe cut short, is dropped and the stop raised again."""
+    try:
+        beauty = render_beauty(scene, frame, folder)
+    except Exception:
+        if cancelled is not None and cancelled():
+            raise KeyboardInterrupt from None
+        raise
+    if cancelled is not None and cancelled():
+        raise KeyboardInterrupt
+    return beauty
 
 
 def dataset_folder(cache: Path, spec: DatasetSpec, fingerprint: dict) -> Path:

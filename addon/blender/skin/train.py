@@ -8,7 +8,9 @@ Python (torch lives there, bpy pins numpy<2), as a child process whose progress 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import bpy
 
-from ...core.files.atomic import write_json_atomic
+from ...core.files.atomic import check_writable, write_json_atomic
 from . import dataset as D
 
 REPO = Path(__file__).resolve().parents[3]
@@ -29,6 +31,8 @@ DEFAULT_CACHE = Path(os.environ.get("PAINTED_SKIN_CACHE",
 
 
 DEFAULT_MINUTES = 20.0
+MAX_SAMPLES = 4096
+MAX_FRAMES_PER_CLIP = 10_000
 TRAINER_MODULE = "painted_skin.backend.skin.train"  # run in the backend's Python
 
 
@@ -47,6 +51,34 @@ class TrainRequest:
     steps: int | None = None
     seed: int = 0
     temporal: bool = False
+
+    def problems(self) -> list[str]:
+        """What keeps this request from running, one line each ([]: none): checked before
+        a frame renders, since rendering the set takes minutes."""
+        bad = []
+        if self.minutes is not None and not (math.isfinite(self.minutes) and self.minutes > 0):
+            bad.append(f"--minutes {self.minutes:g}: give a positive number of minutes (or "
+                       "--steps alone, for the whole schedule)")
+        if self.steps is not None and self.steps < 1:
+            bad.append(f"--steps {self.steps}: give 1 or more training steps")
+        if not 1 <= self.samples <= MAX_SAMPLES:
+            bad.append(f"--samples {self.samples}: give 1..{MAX_SAMPLES} Cycles samples "
+                       "(16, denoised, is the skin model's training target)")
+        if not 1 <= self.frames_per_clip <= MAX_FRAMES_PER_CLIP:
+            bad.append(f"--frames-per-clip {self.frames_per_clip}: give 1.."
+                       f"{MAX_FRAMES_PER_CLIP}")
+        if self.size not in (64, 128, 256, 512):
+            bad.append(f"--size {self.size}: use 128 or 256 (64 and 512 also work)")
+        if not re.fullmatch(r"cpu|cuda(:\d+)?|mps", self.device):
+            bad.append(f"--device {self.device!r}: use cpu, cuda (or cuda:N) or mps")
+        if self.resume and not self.checkpoint().is_file():
+            bad.append(f"--resume: no checkpoint at {self.checkpoint()} (train without "
+                       "--resume to start a new model)")
+        return bad
+
+    def checkpoint(self) -> Path:
+        """Where the trainer keeps its checkpoint (its default: beside the model folder)."""
+        return Path(f"{str(self.out).rstrip('/')}.ckpt")
 
     def budget(self) -> float | None:
         """The training time budget in minutes; None: the schedule runs whole (``steps``
@@ -142,6 +174,24 @@ def _check_out(out: Path) -> None:
                              "or an existing model folder")
 
 
+def probe_folder(path: Path, what: str) -> None:
+    """Refuse a folder that cannot be made or written (``/proc/x``, below a file), and
+    leave none behind: the trainer makes it when it writes the model."""
+    missing = []
+    p = path.absolute()
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    try:
+        check_writable(path, what)
+    finally:
+        for folder in missing:  # deepest first
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+
+
 def trainer_env() -> dict[str, str]:
     """The trainer's environment, unbuffered (the panel shows its lines as they come),
     without this add-on's folder on ``PYTHONPATH`` (the panel's child Blender has it
@@ -182,8 +232,12 @@ def train_skin(req: TrainRequest, progress=None,
     # Under ``blender -b`` Blender's own SIGINT handler takes a first Ctrl-C as a render
     # break only: Python's puts it back, so Ctrl-C (the panel's Cancel) stops the dataset
     # render or, while training, reaches the trainer (which saves a checkpoint).
+    # A farm's or ``timeout``'s SIGTERM stops it the same way (temp files removed, the
+    # trainer checkpointed), never mid-write.
     if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        _STOP.clear()
+        previous = signal.signal(signal.SIGINT, _interrupt)
+        previous_term = signal.signal(signal.SIGTERM, _interrupt)
         try:
             return _train_skin(req, progress, characters)
         except KeyboardInterrupt:
@@ -193,17 +247,30 @@ def train_skin(req: TrainRequest, progress=None,
         finally:
             if previous is not None:  # None: Blender's own C handler, not restorable
                 signal.signal(signal.SIGINT, previous)
+            signal.signal(signal.SIGTERM, previous_term if previous_term is not None
+                          else signal.SIG_DFL)
     return _train_skin(req, progress, characters)
+
+
+_STOP = threading.Event()  # set by Ctrl-C or SIGTERM; the dataset render checks it per frame
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    _STOP.set()
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _train_skin(req: TrainRequest, progress=None,
                 characters: Mapping[str, Callable[[], bpy.types.Object]] | None = None) -> int:
+    bad = req.problems()
+    if bad:
+        raise D.DatasetError("; ".join(bad))
     _check_out(req.out)
     python = backend_python(req.python)
     env = trainer_env()
     check_trainer(python, env)
-    if req.size not in (64, 128, 256, 512):
-        raise D.DatasetError(f"--size {req.size}: use 128 or 256 (64 and 512 also work)")
+    probe_folder(req.out, "--out model folder")
+    check_writable(req.cache, "--cache folder")
     arm = load_character(req.character, characters)
     fingerprint = D.character_fingerprint(arm)
     for name in D.uv_report(arm):
@@ -217,7 +284,7 @@ def _train_skin(req: TrainRequest, progress=None,
     held_dir = D.dataset_folder(req.cache, held, fingerprint)
     for what, sp, folder in (("training", spec, train_dir), ("held-out", held, held_dir)):
         bar = progress(what, len(sp.clips) * sp.frames_per_clip) if progress else None
-        res = D.build_dataset(arm, folder, sp, progress=bar)
+        res = D.build_dataset(arm, folder, sp, progress=bar, cancelled=_STOP.is_set)
         print(f"train-skin: {what} set: {res.frames} frames ({res.rendered} rendered now) in "
               f"{folder}", flush=True)
     with tempfile.TemporaryDirectory(prefix="painted-skin-train-") as tmp:

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -73,7 +74,7 @@ def test_ctrl_c_while_the_frames_render_stops_with_them_kept(bpy_clean, tmp_path
 
     rendered = []
 
-    def render_until_interrupted(arm, folder, spec, progress=None):
+    def render_until_interrupted(arm, folder, spec, progress=None, cancelled=None):
         rendered.append(folder)
         raise KeyboardInterrupt  # what Ctrl-C raises now that Python's handler is back
 
@@ -85,6 +86,73 @@ def test_ctrl_c_while_the_frames_render_stops_with_them_kept(bpy_clean, tmp_path
 
     assert T.train_skin(req, characters={"demo": build_demo_character}) == 130 and rendered
     assert "train-skin: stopped before training" in capsys.readouterr().err
+
+
+def test_a_stop_that_cycles_swallows_still_stops_the_frames(bpy_clean, tmp_path, monkeypatch,
+                                                           capsys):
+    """Cycles catches a KeyboardInterrupt raised while it renders and goes on (the
+    panel's Cancel then stopped one frame a press, never the set): the stop is kept and
+    honoured once that frame returns."""
+    import os
+    import signal
+
+    import numpy as np
+    from painted_skin.addon.blender.skin import dataset as D
+    from painted_skin.addon.blender.skin import train as T
+    from painted_skin.demo.character import build_demo_character
+
+    renders = []
+
+    def cycles_like(scene, frame, folder):
+        renders.append(frame)
+        try:
+            os.kill(os.getpid(), signal.SIGINT)  # the panel's Cancel reaches the child
+        except KeyboardInterrupt:
+            pass  # what Cycles does with it
+        return np.zeros((scene.render.resolution_y, scene.render.resolution_x, 3), np.uint8)
+
+    monkeypatch.setattr(D, "render_beauty", cycles_like)
+    monkeypatch.setattr(T, "check_trainer", lambda python, env: None)
+    req = T.TrainRequest(character="demo", out=tmp_path / "m", cache=tmp_path / "cache",
+                         python=sys.executable, size=64, frames_per_clip=3, samples=1)
+    assert T.train_skin(req, characters={"demo": build_demo_character}) == 130
+    assert renders == [1]  # the first frame, then the stop: not the whole set
+    assert "train-skin: stopped before training" in capsys.readouterr().err
+
+
+_SIGTERM_SCRIPT = """
+import os, signal, sys, tempfile
+from pathlib import Path
+from painted_skin.addon.blender.skin import train as T
+from painted_skin.demo.character import build_demo_character
+
+def render(arm, folder, spec, progress=None, cancelled=None):  # a temp file, then a stop
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".png", dir=folder, prefix=".beauty-")
+    os.close(fd)
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+T.D.build_dataset = render
+T.check_trainer = lambda python, env: None
+cache = Path(sys.argv[1]) / "cache"
+req = T.TrainRequest(character="demo", out=Path(sys.argv[1]) / "m", cache=cache,
+                     python=sys.executable)
+code = T.train_skin(req, characters={"demo": build_demo_character})
+print("CODE", code, sorted(p.name for p in cache.rglob(".beauty-*")))
+"""
+
+
+def test_sigterm_while_the_frames_render_stops_like_ctrl_c(tmp_path):
+    """``timeout`` or a farm manager stopping train-skin (SIGTERM) ends it as Ctrl-C does:
+    exit 130, the frame being written removed, no zero-byte temp file left in the cache."""
+    proc = subprocess.run([sys.executable, "-c", _SIGTERM_SCRIPT, str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "CODE 130 []" in proc.stdout
+    assert "train-skin: stopped before training" in proc.stderr
 
 
 def test_a_failed_start_stays_on_the_status_line_until_a_backend_answers(bpy_clean):

@@ -97,6 +97,39 @@ def test_train_skin_refuses_bad_input_in_one_line(case, tmp_path, capsys):
         assert (out / "notes.txt").read_text() == "precious"
 
 
+@pytest.mark.parametrize(("argv", "word"), [
+    (["--minutes", "0"], "--minutes"), (["--minutes", "-1"], "--minutes"),
+    (["--minutes", "nan"], "--minutes"), (["--minutes", "inf"], "--minutes"),
+    (["--steps", "-5"], "--steps"), (["--samples", "0"], "--samples"),
+    (["--device", "xyz"], "--device"), (["--frames-per-clip", "0"], "--frames-per-clip"),
+    (["--size", "100"], "--size"), (["--resume"], "no checkpoint"),
+    (["--out", "/proc/painted-skin-x"], "--out"), (["--out", "{file}/sub"], "--out"),
+    (["--cache", "{file}"], "--cache"),
+])
+def test_train_skin_checks_every_argument_before_a_frame_renders(argv, word, tmp_path,
+                                                                capsys, monkeypatch):
+    from painted_skin.addon.blender.skin import dataset as D
+
+    def render(*_a, **_k):
+        raise AssertionError("rendered before checking the arguments")
+
+    monkeypatch.setattr(D, "build_dataset", render)
+    afile = tmp_path / "afile"
+    afile.write_text("precious")
+    base = {"--out": str(tmp_path / "model"), "--cache": str(tmp_path / "cache")}
+    extra = [a.replace("{file}", str(afile)) for a in argv]
+    for flag in ("--out", "--cache"):
+        if flag in extra:
+            base.pop(flag)
+    args = ["train-skin", "--character", "demo", "--python", __import__("sys").executable,
+            *[x for kv in base.items() for x in kv], *extra]
+    code = cli.main(args)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and word in err[0], err
+    assert afile.read_text() == "precious"
+    assert not (tmp_path / "model").exists() and not (tmp_path / "cache").exists()
+
+
 def test_steps_alone_run_the_whole_schedule_and_minutes_alone_a_budget(tmp_path):
     """``train-skin --steps N`` (the documented recipe of a committed model) is not cut
     by a time budget; without ``--steps`` the budget is 20 minutes or ``--minutes``."""
