@@ -202,9 +202,11 @@ def shot_options(scene: bpy.types.Scene, out: Path, width: int, height: int,
         return options
     path = out / SETTINGS_FILE
     try:
-        old = json.loads(path.read_text()).get("options", {}) if path.exists() else {}
+        old = json.loads(path.read_text()) if path.exists() else {}
     except (OSError, json.JSONDecodeError):
-        old = {}
+        old = {}  # a damaged file is told by the settings check that follows
+    old = old.get("options") if isinstance(old, dict) else None
+    old = old if isinstance(old, dict) else {}
     if "depth_near" in old and "depth_far" in old:
         near, far = old["depth_near"], old["depth_far"]
     else:

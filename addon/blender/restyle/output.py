@@ -206,9 +206,14 @@ def _stamp(out: Path) -> dict:
     if not path.exists():
         return {}
     try:
-        return read_json(path, "restyle settings")
+        stamp = read_json(path, "restyle settings")
     except ValueError as e:
         raise ShotError(str(e)) from None
+    if not isinstance(stamp, dict) or not isinstance(stamp.get(MODEL_KEY, ""), str):
+        raise ShotError(f"the restyle settings {str(path)!r} are damaged (not a table, or its "
+                        f"{MODEL_KEY!r} is not text): delete the file, or restyle into "
+                        "another folder")
+    return stamp
 
 
 class ModelChanged(ShotError):

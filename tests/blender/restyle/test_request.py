@@ -59,3 +59,18 @@ def test_the_cli_refuses_an_out_of_range_seed_before_writing(tmp_path, capfd) ->
     assert code == 2
     assert len(err) == 1 and "seed" in err[0] and str(2**64 - 1) in err[0]
     assert not out.exists()  # nothing written, not even the folder
+
+
+@pytest.mark.parametrize("damage", ['{"model_id": 5}', '[1, 2]', '{"pipeline": "echo",'])
+def test_a_damaged_settings_file_is_one_line_and_kept(tmp_path, capfd, damage) -> None:
+    """A resume into a folder whose restyle.json is damaged: one line, exit 2, the file
+    left as it was (a corrupt model_id once ended in a traceback)."""
+    shot = demo_walk_blend(tmp_path / "shot", frames=3)
+    out = tmp_path / "restyled"
+    out.mkdir()
+    (out / "restyle.json").write_text(damage)
+    code = cli.main(["restyle", str(shot), "--out", str(out), "--pipeline", "echo",
+                     "--url", "tcp://127.0.0.1:9"])
+    err = [ln for ln in capfd.readouterr().err.splitlines() if ln.strip()]
+    assert code == 2 and len(err) == 1 and "restyle" in err[0], err
+    assert (out / "restyle.json").read_text() == damage
