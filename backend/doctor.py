@@ -290,7 +290,8 @@ def pipelines_runnable(facts: dict[str, Any]) -> list[str]:
     names = []
     if pk.get("zmq") and pk.get("numpy"):
         names.append("echo")
-        if facts["skin_models"]["available"] and CPU in facts["loadable_providers"]:
+        skin = facts["skin_models"]  # a registry that does not load serves no model
+        if skin["available"] and not skin.get("error") and CPU in facts["loadable_providers"]:
             names.append("skin")
         if facts["models"]["available"] and all(pk.get(n) for n in ("torch", "diffusers")) \
                 and _importable("transformers"):
@@ -358,7 +359,9 @@ def missing(facts: dict[str, Any]) -> list[dict[str, str]]:
         reg = facts[key]
         if reg.get("error") and reg.get("available"):
             env = "PAINTED_SKIN_SKIN_MODELS" if key == "skin_models" else "PAINTED_SKIN_MODELS"
-            add(f"{label} registry", "optional", reg["error"],
+            # the skin registry named in the environment is what the backend serves from
+            need = "required" if key == "skin_models" and reg.get("from_env") else "optional"
+            add(f"{label} registry", need, reg["error"],
                 reg.get("fix", f"fix the file or point {env} at another"))
         for name, m in reg.get("models", {}).items():
             if not m["present"]:

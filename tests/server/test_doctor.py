@@ -104,6 +104,20 @@ def test_missing_weights_and_a_broken_registry_are_reported_not_raised(tmp_path)
     assert "train" in missing["skin model hero"]["fix"]
 
 
+@pytest.mark.parametrize("registry", ["broken", "missing"])
+def test_a_skin_registry_that_does_not_load_is_not_ready(tmp_path, registry):
+    """$PAINTED_SKIN_SKIN_MODELS naming a broken or missing file: the backend would serve
+    no skin model, so the report ends NOT READY with the line that says why."""
+    path = tmp_path / "skin.toml"
+    if registry == "broken":
+        path.write_text("[models.hero\n")
+    proc = _doctor(env={"PAINTED_SKIN_SKIN_MODELS": str(path)})
+    assert proc.returncode == 1, proc.stdout
+    out = proc.stdout.splitlines()
+    assert any(ln.startswith("missing skin model registry [required]") for ln in out), out
+    assert out[-1].startswith("result: NOT READY")
+
+
 def test_a_python_without_numpy_or_pyzmq_is_not_ready(tmp_path):
     venv = tmp_path / "bare"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
