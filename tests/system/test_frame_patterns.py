@@ -36,7 +36,10 @@ def test_names_follow_the_hash_run(text, frame, name):
     ("shot_####.exr", "these frames are .png files"),
     ("shot.exr", "these frames are .png files"),
     ("renders/", "names no file"),
-], ids=["two-runs", "separator", "backslash", "other-type", "other-type-no-run", "no-file"])
+    ("x_" + "#" * 300 + ".png", "at most 10 '#'"),
+    ("n" * 250 + "_####.png", "at most 255"),
+], ids=["two-runs", "separator", "backslash", "other-type", "other-type-no-run", "no-file",
+        "too-many-digits", "name-too-long"])
 def test_bad_patterns_are_refused_in_one_line(text, words):
     with pytest.raises(FramePatternError, match="^[^\n]+$") as e:
         parse_frame_pattern(text, ".png")
@@ -134,4 +137,13 @@ def test_bad_patterns_exit_2_before_anything_is_written(shot, tmp_path, args, wo
     assert proc.returncode == 2, proc.stderr
     (line,) = error_lines(proc)
     assert words in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_passes_with_a_300_digit_pattern_is_one_line_and_writes_nothing(shot, tmp_path, capfd):
+    from painted_skin import cli
+
+    code = cli.main(["passes", str(shot), "--out", str(tmp_path / "p") + "/" + "#" * 300])
+    err = [ln for ln in capfd.readouterr().err.splitlines() if ln.strip()]
+    assert code == 2 and len(err) == 1 and "at most 10 '#'" in err[0], err
     assert list(tmp_path.iterdir()) == []

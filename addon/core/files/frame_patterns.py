@@ -19,6 +19,8 @@ DEFAULT_DIGITS = 4
 IMAGE_EXTENSIONS = (".png", ".exr", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".tga",
                     ".webp", ".dpx", ".hdr")
 _RUN = re.compile(r"#+")
+MAX_DIGITS = 10  # Blender's frame numbers have at most 7 digits
+MAX_NAME_BYTES = 255  # a file name's limit on Linux, macOS and Windows (NAME_MAX)
 
 
 class FramePatternError(ValueError):
@@ -99,6 +101,14 @@ def parse_frame_pattern(text: str, extension: str = "", what: str = "frame patte
             raise FramePatternError(f"{what} {text!r} ends in {ext}, but these frames are "
                                     f"{extension} files: end it with {extension} or no "
                                     "extension")
+    if digits > MAX_DIGITS:
+        raise FramePatternError(f"{what} {text!r} pads the frame to {digits} digits: use at "
+                                f"most {MAX_DIGITS} '#' (Blender's frames have at most 7 "
+                                "digits), e.g. shot_####.png")
+    longest = len(f"{prefix}{'0' * digits}{suffix}".encode())
+    if longest > MAX_NAME_BYTES:
+        raise FramePatternError(f"{what} {text!r} makes file names of {longest} bytes: the "
+                                f"file system takes at most {MAX_NAME_BYTES}; shorten it")
     return FramePattern(folder, prefix, digits, suffix)
 
 
