@@ -28,6 +28,9 @@ from .jobs import Job, JobQueue, Session
 from .pipelines.base import model_id as pipeline_model_id
 
 log = logging.getLogger("painted_skin.backend")
+# What a pipeline's exception may answer instead of ``internal`` (its ``reply_code``): a
+# frame the client sent that cannot be painted as it is, the client's to fix.
+CLIENT_CODES = (wire.E_BAD_ARRAY, wire.E_BAD_MESSAGE)
 
 MAX_PIPELINES = 4  # pipeline instances kept loaded (one per distinct load options)
 
@@ -217,6 +220,12 @@ class ComputeThread:
                     pass  # already answered by the cancel
                 except (Exception, SystemExit) as e:  # a library's sys.exit must not end
                     # the compute thread (PING would still answer, no frame ever would)
+                    code = getattr(e, "reply_code", None)
+                    if code in CLIENT_CODES:  # a frame the client must fix: no traceback
+                        log.warning("frame %s of %r refused: %s", job.frame,
+                                    job.session.request.name, e)
+                        self.events.post(wake, "error", job, code, f"frame {job.frame}: {e}")
+                        continue
                     log.exception("frame %s of %r failed", job.frame, job.session.request.name)
                     self.events.post(wake, "error", job, wire.E_INTERNAL,
                                      f"pipeline {job.session.request.pipeline!r} failed on frame "

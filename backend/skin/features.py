@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ...wire.messages import E_BAD_ARRAY
 from ..diffusion import temporal
 
 NUM_PARTS = 16  # addon.core.encodings.PARTS: background + 15 labels
@@ -37,7 +38,10 @@ PASS_OF = {"depth_rel": "depth", "prev_rgb": "motion", "prev_valid": "motion"}
 
 
 class FeatureError(ValueError):
-    """A frame's passes cannot make the network's input; the message names the fix."""
+    """A frame's passes cannot make the network's input; the message names the fix. The
+    client's to fix: the backend answers it as ``bad_array`` (``reply_code``)."""
+
+    reply_code = E_BAD_ARRAY
 
 
 def layout(inputs: Sequence[str] = DEFAULT_INPUTS, temporal_input: bool = False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -642,3 +643,40 @@ def test_module_entry_point():
                           "tcp://0.0.0.0:1"], capture_output=True, text=True, timeout=20)
     assert out.returncode == 2 and "--keys" in out.stderr
     assert os.path.basename(PY)  # the venv's python ran it
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"parts": np.full((32, 32), 255, np.uint8)}, "parts pass holds id 255"),
+    ({"uv": None}, "needs pass(es) uv"),
+    ({"light_visibility": None}, "needs pass(es) light_visibility"),
+], ids=["parts-255", "no-uv", "no-light-visibility"])
+def test_a_skin_frame_it_cannot_paint_is_bad_array_not_a_bug(serve, client, caplog, change,
+                                                             words):
+    """A frame whose passes the skin model cannot use is the client's to fix: ``bad_array``
+    with the reason, no traceback in the log, and the backend keeps serving."""
+    from painted_skin.backend.skin import features
+
+    _, ep = serve()
+    c = client(ep)
+    opened = c.request(P.OPEN, session="s", pipeline="skin", width=32, height=32,
+                       options={"model": "demo"}, timeout=60)
+    assert opened.type == P.OPENED, opened.header
+    passes = make_passes(32, 32)
+    passes["parts"] = passes["parts"] % features.NUM_PARTS
+    passes["uv"] = np.zeros((32, 32, 3), np.float32)
+    passes["rest_position"] = np.zeros((32, 32, 3), np.float32)
+    passes["light_visibility"] = np.zeros((32, 32, features.NUM_LIGHTS), np.uint8)
+    passes["normal_world"] = np.zeros((32, 32, 3), np.float16)
+    passes["view_dir"] = np.zeros((32, 32, 3), np.float16)
+    for name, value in change.items():
+        if value is None:
+            passes.pop(name)
+        else:
+            passes[name] = value
+    caplog.set_level(logging.WARNING)
+    c.send(P.FRAME, passes, session="s", frame=1)
+    m, _ = c.result("s", 1, timeout=60)
+    assert m.type == P.ERROR and m.header["code"] == P.E_BAD_ARRAY, m.header
+    assert words in m.header["message"]
+    assert not [r for r in caplog.records if r.exc_info]  # no traceback: not a bug
+    assert c.request(P.PING).type == P.PONG
