@@ -60,6 +60,10 @@ def _trt_cache(graph: Path) -> Path:
     return base / "painted-skin" / "skin-trt" / h.hexdigest()[:16]
 
 
+class ModelGraphError(ValueError):
+    """The folder's graph file is damaged (empty, truncated, not ONNX)."""
+
+
 class OnnxEngine:
     """One onnxruntime session of the folder's graph."""
 
@@ -79,8 +83,15 @@ class OnnxEngine:
             providers = provider_chain(_trt_cache(folder / config["graph"]), "auto",
                                        cuda_graph=False,
                                        device_id=index)
-        self.session = ort.InferenceSession(str(folder / config["graph"]), so,
-                                            providers=providers)
+        graph = folder / config["graph"]
+        try:
+            self.session = ort.InferenceSession(str(graph), so, providers=providers)
+        except Exception as e:  # onnxruntime's InvalidProtobuf, Fail, ...: a damaged file
+            if device.startswith("cuda") and "provider" in str(e).lower():
+                raise
+            raise ModelGraphError(f"{graph} is not a graph onnxruntime can load "
+                                  f"({type(e).__name__}: {str(e)[:160]}): copy the model "
+                                  "folder again, or re-export it") from None
         self.providers = self.session.get_providers()
 
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:

@@ -22,6 +22,16 @@ TRAIN_HINT = ("train one with `python -m painted_skin.backend.skin.train --frame
               "--out FOLDER` (--synthetic 400 instead of --frames: a demo on generated frames)")
 
 
+MAX_CONFIG_BYTES = 1024 * 1024
+# The config's fields and their JSON types (bool is an int in Python: listed apart).
+CONFIG_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "fingerprint": dict, "layout": list, "rest_bounds": list, "head": str, "model": dict,
+    "graph": str, "weights": str, "required_passes": list, "size_multiple": int,
+    "temporal": bool, "diffusion_steps": int,
+}
+REQUIRED_FIELDS = ("layout", "rest_bounds", "graph")
+
+
 class ModelFolderError(ValueError):
     """A model folder that cannot be used; the message names the fix."""
 
@@ -35,20 +45,59 @@ def read_config(folder: str | os.PathLike) -> dict[str, Any]:
     if not cfg_path.is_file():
         raise ModelFolderError(f"skin model folder {str(folder)!r} has no {CONFIG}: it is not "
                                f"a model folder (or half-copied); {TRAIN_HINT}")
+    if cfg_path.stat().st_size > MAX_CONFIG_BYTES:
+        raise ModelFolderError(f"{cfg_path} is over {MAX_CONFIG_BYTES // 1024} KiB: not a skin "
+                               "model's config; re-export the model")
     try:
         cfg = json.loads(cfg_path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
+    except RecursionError:
+        raise ModelFolderError(f"{cfg_path} is nested too deeply: not a skin model's config; "
+                               "re-export the model") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ModelFolderError(f"{cfg_path} is unreadable ({e}): re-export the model") from None
     version = cfg.get("format_version") if isinstance(cfg, dict) else None
     if version != FORMAT_VERSION:
         raise ModelFolderError(f"skin model {str(folder)!r} has format version {version!r}, "
                                f"this backend reads version {FORMAT_VERSION}: retrain or "
                                "re-export it with this version")
-    graph = folder / str(cfg.get("graph", "model.onnx"))
+    cfg = {"graph": "model.onnx", **cfg}
+    for key, kind in CONFIG_FIELDS.items():
+        if key in cfg and not isinstance(cfg[key], kind):
+            raise ModelFolderError(f"{cfg_path}: {key!r} is {type(cfg[key]).__name__}, not "
+                                   f"{_kind_name(kind)}: the config is damaged; re-export "
+                                   "the model")
+    missing = [k for k in REQUIRED_FIELDS if k not in cfg]
+    if missing:
+        raise ModelFolderError(f"{cfg_path} lacks {', '.join(map(repr, missing))}: the config "
+                               "is damaged or from an unfinished export; re-export the model")
+    if cfg.get("size_multiple", 1) < 1:
+        raise ModelFolderError(f"{cfg_path}: 'size_multiple' is {cfg['size_multiple']}, it "
+                               "must be 1 or more; re-export the model")
+    for key in ("graph", "weights"):
+        if key in cfg:
+            inside(folder, cfg[key], f"{cfg_path}: {key!r}")
+    graph = folder / cfg["graph"]
     if not graph.is_file():
         raise ModelFolderError(f"skin model {str(folder)!r} lacks {graph.name}: copy the whole "
                                "folder, or re-export it")
     return cfg
+
+
+def inside(folder: Path, name: str, what: str) -> Path:
+    """``folder / name``, refused unless it names a file inside the folder (no absolute
+    path, no ``..``): a model folder is copied and shared whole, and may not make the
+    backend read files elsewhere. A link inside it (a shared store) is the owner's."""
+    path = Path(os.path.normpath(folder / name))
+    if Path(name).is_absolute() or not path.is_relative_to(os.path.normpath(folder)):
+        raise ModelFolderError(f"{what} {name!r} points outside the model folder: name a "
+                               "file inside it (e.g. model.onnx)")
+    return path
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join({bool: "true/false", int: "a whole number", str: "text",
+                        list: "a list", dict: "a table", float: "a number"}[k] for k in kinds)
 
 
 def check_fingerprint(cfg: dict[str, Any], fingerprint: dict[str, Any] | None,
