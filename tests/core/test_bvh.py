@@ -368,3 +368,37 @@ def test_a_byte_order_mark_is_read_as_text(tmp_path: Path) -> None:
     assert parse_bvh("\ufeff" + SMALL).num_frames == 2
     with pytest.raises(BvhError, match="cannot read the file"):
         parse_bvh("a" * 300)  # taken as a path: too long a name is still a BvhError
+
+
+def test_absurdly_wide_motion_lines_are_refused_before_they_cost_memory(tmp_path) -> None:
+    """30 motion lines of 100,000 values each (a corrupt export, 3 MB): one line naming the
+    first, and memory near the file's size, not 30x it (each line was split first)."""
+    import tracemalloc
+
+    head = SMALL[:SMALL.index("MOTION")]
+    wide = " ".join(["1.5"] * 100_000)
+    path = tmp_path / "wide.bvh"
+    path.write_text(head + "MOTION\nFrames: 30\nFrame Time: 0.0333333\n"
+                    + "\n".join([wide] * 30) + "\n")
+    size = path.stat().st_size
+    tracemalloc.start()
+    try:
+        with pytest.raises(BvhError, match=r"wide.bvh:\d+: motion frame 1 is 399,999 "
+                                           r"characters long") as e:
+            parse_bvh(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "\n" not in str(e.value)
+    assert peak < 6 * size, f"peak {peak / 1e6:.0f} MB for a {size / 1e6:.0f} MB file"
+
+
+def test_a_file_over_the_size_cap_is_refused_before_it_is_read(tmp_path, monkeypatch) -> None:
+    from painted_skin.addon.core.bvh import read as bvh_read
+
+    path = tmp_path / "big.bvh"
+    path.write_text(SMALL)
+    monkeypatch.setattr(bvh_read, "MAX_FILE_BYTES", 100)
+    monkeypatch.setattr(Path, "read_bytes", lambda self: pytest.fail("read before the cap"))
+    with pytest.raises(BvhError, match="over the 100 a clip may be. Fix: split the take"):
+        parse_bvh(path)

@@ -28,6 +28,11 @@ _FRAME_TIME_RE = re.compile(r"^\s*frame\s+time\s*:\s*(\S*)\s*$", re.IGNORECASE)
 _BLOCK = 512  # motion lines converted to numbers per call
 
 
+# A motion value as text: sign, 17 significant digits, point, exponent, and spacing.
+MAX_VALUE_CHARS = 32
+MAX_FILE_BYTES = 2 * 2**30  # MAX_FRAMES lines of a full skeleton fit well below this
+
+
 def _read_text(source: str | os.PathLike | bytes) -> tuple[str, str]:
     """(text, label) from a path, BVH text or raw bytes."""
     if isinstance(source, bytes):
@@ -38,10 +43,15 @@ def _read_text(source: str | os.PathLike | bytes) -> tuple[str, str]:
         return source.removeprefix("\ufeff"), "<text>"
     path = Path(source)
     try:
-        data = path.read_bytes() if path.is_file() else None
+        size = path.stat().st_size if path.is_file() else 0
+        data = path.read_bytes() if path.is_file() and size <= MAX_FILE_BYTES else None
     except (OSError, ValueError) as e:  # a name too long, a file we may not read
         raise BvhError(f"{str(path)[:80]}: cannot read the file ({e.strerror or e}). Fix: "
                        "check the path to the .bvh file.") from None
+    if size > MAX_FILE_BYTES:
+        raise BvhError(f"{str(path)[:80]}: the file is {size:,} bytes, over the "
+                       f"{MAX_FILE_BYTES:,} a clip may be. Fix: split the take into shorter "
+                       "clips.")
     if data is None:
         raise BvhError(f"{str(path)[:80]}: no such file. Fix: check the path to the .bvh "
                        "file.")
@@ -370,6 +380,14 @@ def _motion_table(lines: list[str], start: int, n_ch: int, count: int, label: st
     if not numbers:
         raise BvhError(f"{label}: the clip has zero frames (Frames: {count}, no motion "
                        "lines). Fix: re-export it with its animation.")
+    # A line far wider than its channels can be written is refused before it is split:
+    # splitting it first cost 30x the file's size in memory for a few absurd lines.
+    widest = n_ch * MAX_VALUE_CHARS + 64
+    for k, i in enumerate(numbers):
+        if len(lines[i]) > widest:
+            raise BvhError(f"{label}:{i + 1}: motion frame {k + 1} is {len(lines[i]):,} "
+                           f"characters long, more than {n_ch} values can take. Fix: the "
+                           "file is corrupt here; re-export it.")
     rows = [lines[i].split() for i in numbers]
     counts = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
     bad = np.flatnonzero(counts != n_ch)
