@@ -242,6 +242,24 @@ def test_edge_values_in_a_bvh_are_one_line(edit, words, character, clip, tmp_pat
     assert len(err) == 1 and words in err[0] and "Fix:" in err[0]
 
 
+def test_a_bvh_with_two_joints_of_one_name_is_one_line(character, clip, tmp_path,
+                                                       capfd) -> None:
+    text = clip.read_text()
+    assert "JOINT RHipJoint" in text
+    bad = tmp_path / "twice.bvh"
+    bad.write_text(text.replace("JOINT RHipJoint", "JOINT LHipJoint"))
+    out = tmp_path / "shot.blend"
+    rc = cli.main(["retarget", "--source", str(bad), "--target", str(character),
+                   "--out", str(out)])
+    err = _err_lines(capfd)
+    assert rc == 2 and not out.exists()
+    assert len(err) == 1 and "'LHipJoint'" in err[0] and "'LHipJoint.001'" in err[0], err
+    assert "Fix: give every joint its own name" in err[0]
+    second = [i for i, ln in enumerate(bad.read_text().splitlines(), 1)
+              if "JOINT LHipJoint" in ln][1]
+    assert f"twice.bvh:{second}:" in err[0]  # the line of the second one
+
+
 def test_a_full_disk_while_saving_is_one_line_exit_1(character, clip, tmp_path) -> None:
     """RLIMIT_FSIZE makes every write past 64 KiB fail (EFBIG), as a full disk would."""
     out = tmp_path / "shot.blend"

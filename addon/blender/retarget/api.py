@@ -160,6 +160,11 @@ def read_bvh_source(path: str | Path) -> SourceMotion | None:
         clip = validate_bvh(check_file(Path(path), CLIP_TYPES, "clip"))
     except (ImportFailed, BvhError) as e:
         raise RetargetError(str(e)) from None
+    if clip.renamed:  # a bone map by name cannot tell the two apart: refuse, say which
+        base, read_as, line = clip.renamed[0]
+        raise RetargetError(f"{clip.source}:{line}: a second joint is named {base!r} (Blender "
+                            f"would call it {read_as!r}), so which one plays which part of "
+                            "the body is ambiguous. Fix: give every joint its own name")
     if any(len(name.encode()) > _MAX_BONE_NAME for name in clip.names):
         return None
     skel, motion = bvh_to_skeleton_motion(clip)

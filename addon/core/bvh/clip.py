@@ -42,6 +42,9 @@ class BvhClip:
     frames: np.ndarray  # (F, C) channel values, degrees for rotations
     source: str = "<text>"
     warnings: list[str] = field(default_factory=list)
+    # joints whose name another joint had: (name in the file, read as, line), as Blender's
+    # importer renames them ("Spine" -> "Spine.001")
+    renamed: list[tuple[str, str, int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.parents = np.asarray(self.parents, dtype=np.int64)

@@ -101,7 +101,7 @@ def parse_bvh(source: str | os.PathLike | bytes, *, strict: bool = True) -> BvhC
     frames, warnings = _motion_table(lines, data_start, n_ch, frame_count, label, strict)
     _check_finite(frames, lines, data_start, h, label)
     return BvhClip(h.names, np.array(h.parents, dtype=np.int64), np.array(h.offsets),
-                   h.channels, h.end_sites, frame_time, frames, label, warnings)
+                   h.channels, h.end_sites, frame_time, frames, label, warnings, h.renamed)
 
 
 def validate_bvh(path: str | os.PathLike) -> BvhClip:
@@ -157,6 +157,7 @@ class _Hierarchy:
     def __init__(self, label: str) -> None:
         self.label = label
         self.names: list[str] = []
+        self.renamed: list[tuple[str, str, int]] = []  # (name in the file, read as, line)
         self.parents: list[int] = []
         self.offsets: list[np.ndarray | None] = []
         self.channels: list[tuple[str, ...]] = []
@@ -260,6 +261,8 @@ class _Hierarchy:
         base, n = name, 1
         while name in self.names:  # Blender renames duplicates the same way.
             name, n = f"{base}.{n:03d}", n + 1
+        if name != base:
+            self.renamed.append((base, name, ln))
         self.names.append(name)
         self.parents.append(stack[-1][1] if stack else -1)
         self.offsets.append(None)
