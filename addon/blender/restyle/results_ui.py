@@ -111,10 +111,51 @@ class PS_OT_open_output_folder(_NeedsResults, bpy.types.Operator):
 
     def execute(self, context):
         folder = out_folder(context) / RESTYLED
-        if context.window is not None:
-            bpy.ops.wm.path_open(filepath=str(folder))
+        problem = open_in_file_browser(folder) if context.window is not None else None
+        if problem:
+            self.report({"WARNING"}, f"{problem}: the restyled frames are in {folder}")
+            return {"CANCELLED"}
         self.report({"INFO"}, f"restyled frames: {folder}")
         return {"FINISHED"}
+
+
+# What opens a folder in the system's file browser, in order of preference. Not
+# ``wm.path_open``: on Linux it prints xdg-open's FileNotFoundError to the console and
+# still reports success, so a user without xdg-open is told nothing.
+OPENERS = {"win32": (), "darwin": (("open",),),
+           "linux": (("xdg-open",), ("gio", "open"), ("kde-open5",), ("kde-open",))}
+
+
+def open_in_file_browser(folder: Path) -> str | None:
+    """Open ``folder`` in the system's file browser without waiting for it; None, or
+    what went wrong in a few words."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    if not folder.is_dir():
+        return f"the folder {folder} does not exist yet"
+    if sys.platform == "win32":
+        try:
+            os.startfile(folder)  # type: ignore[attr-defined]  # Windows only
+        except OSError as e:
+            return f"Windows could not open the folder ({e.strerror or e})"
+        return None
+    platform = "darwin" if sys.platform == "darwin" else "linux"
+    for cmd in OPENERS[platform]:
+        exe = shutil.which(cmd[0])
+        if exe is None:
+            continue
+        try:
+            subprocess.Popen([exe, *cmd[1:], str(folder)], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+        except OSError as e:
+            return f"{cmd[0]} could not start ({e.strerror or e})"
+        return None
+    names = ", ".join(c[0] for c in OPENERS[platform])
+    return f"no program here opens folders (looked for {names}; install xdg-utils)"
 
 
 def _fit(img: np.ndarray, height: int) -> np.ndarray:

@@ -74,3 +74,31 @@ def test_a_damaged_settings_file_is_one_line_and_kept(tmp_path, capfd, damage) -
     err = [ln for ln in capfd.readouterr().err.splitlines() if ln.strip()]
     assert code == 2 and len(err) == 1 and "restyle" in err[0], err
     assert (out / "restyle.json").read_text() == damage
+
+
+def test_open_output_folder_says_when_nothing_can_open_it(tmp_path, monkeypatch) -> None:
+    """Blender's own path_open reports success on Linux without xdg-open (it prints the
+    FileNotFoundError to the console): this one says what is missing."""
+    import subprocess
+    import sys
+
+    from painted_skin.addon.blender.restyle import results_ui
+
+    if sys.platform != "linux":
+        pytest.skip("the Linux openers")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    problem = results_ui.open_in_file_browser(tmp_path)
+    assert problem and "xdg-open" in problem and "install xdg-utils" in problem
+    assert "does not exist yet" in results_ui.open_in_file_browser(tmp_path / "nope")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    opener = bin_dir / "xdg-open"
+    opener.write_text(f"#!/bin/sh\necho \"$1\" > {tmp_path / 'opened'}\n")
+    opener.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    seen = []
+    real = subprocess.Popen
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: seen.append(real(*a, **k)))
+    assert results_ui.open_in_file_browser(tmp_path) is None
+    seen[0].wait(30)
+    assert (tmp_path / "opened").read_text().strip() == str(tmp_path)
