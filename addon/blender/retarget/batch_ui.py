@@ -82,9 +82,9 @@ class PS_OT_retarget_batch(SteppedJobModal, bpy.types.Operator):
 
     def _finish(self, context) -> set[str]:
         job, scene = self._running, context.scene
-        if job.reports:  # lengthen the scene's range only, as one clip does
-            scene.frame_end = max(scene.frame_end, *(r.frame_start + r.frames - 1
-                                                     for r in job.reports))
+        if job.reports:  # the range ends where the longest clip does, as one clip's does
+            scene.frame_end = max(scene.frame_start, *(r.frame_start + r.frames - 1
+                                                       for r in job.reports))
         for name, message in job.failures:
             self.report({"WARNING"}, f"{name}: {message}")
         _settings(context).last_report = job.summary

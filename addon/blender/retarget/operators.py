@@ -162,8 +162,8 @@ class PS_OT_retarget(SteppedJobModal, bpy.types.Operator):
         name="Match Scene to Clip", default=False,
         description="Set the scene's frame rate and frame range from the clip and bake one "
                     "key per clip frame. Off: keep the scene's frame rate and start frame, "
-                    "resample the clip to the scene's rate and only lengthen the scene's "
-                    "range when the clip is longer")
+                    "resample the clip to the scene's rate, and end the scene's range where "
+                    "the clip ends")
 
     @classmethod
     def poll(cls, context):
@@ -229,14 +229,13 @@ class PS_OT_retarget(SteppedJobModal, bpy.types.Operator):
         if previous is not None and previous.users == 0:
             # Keep the replaced take in the file, as Blender's own action stash does.
             stash_action(self._target, previous)
-        if not self.match_scene:
-            last = report.frame_start + report.frames - 1
-            if last > scene.frame_end:  # lengthen only: a shorter clip leaves the range
-                scene.frame_end = last
+        if not self.match_scene:  # the range is the action's: Render Passes renders it
+            scene.frame_end = max(scene.frame_start, report.frame_start + report.frames - 1)
         skate = report.foot_skate_cm_before, report.foot_skate_cm_after
         rate = (f" @ {report.fps:g} fps" + (f" (clip {report.source_fps:g} fps)"
                                             if report.source_fps != report.fps else ""))
-        s.last_report = (f"{report.action}: {report.frames} frames{rate}, "
+        s.last_report = (f"{report.action}: {report.frames} frames{rate} "
+                         f"({scene.frame_start}-{scene.frame_end}), "
                          f"{len(report.pairs)} joints"
                          + (f", skate {skate[0]:.1f}->{skate[1]:.1f} cm" if skate[1] is not None
                             else "")

@@ -1,7 +1,8 @@
-"""The Retarget button leaves the animator's scene as it was: it keeps the scene's frame
-rate and start frame, resamples the clip to that rate (same duration, the source pose
-at coincident times) and only lengthens the range; "Match Scene to Clip" does what the
-CLI does. A clip that lacks core joints says which bones stay at rest.
+"""The Retarget button keeps the animator's frame rate and start frame: it resamples the
+clip to that rate (same duration, the source pose at coincident times) and ends the
+scene's range where the clip ends (Render Passes renders the action, not a stale range);
+"Match Scene to Clip" does what the CLI does. A clip that lacks core joints says which
+bones stay at rest.
 
 Checked on the baked action as Blender evaluates it (``scene.frame_set`` + pose-bone
 heads in world space). The synthetic tests run everywhere; the ones on real clips and
@@ -165,15 +166,15 @@ def demo(addon, tmp_path):
 def test_retarget_button_keeps_scene_rate_and_range(demo):
     bpy, arm, _ = demo
     assert bpy.ops.painted_skin.retarget() == {"FINISHED"}
-    assert scene_state(bpy) == (30, 1001, 1100)
+    assert scene_state(bpy) == (30, 1001, 1060)  # the range ends with the clip
     # 2 s of walk at the scene's 30 fps: 60 keys from the scene's start frame.
     assert tuple(arm.animation_data.action.frame_range) == (1001.0, 1060.0)
     assert key_frames(arm) == {tuple(np.arange(1001, 1061, dtype=np.float32))}
     s = bpy.context.scene.painted_skin_retarget
-    assert "60 frames @ 30 fps (clip 24 fps)" in s.last_report
+    assert "60 frames @ 30 fps (clip 24 fps) (1001-1060)" in s.last_report
 
 
-def test_retarget_button_lengthens_a_short_scene_only(demo):
+def test_retarget_button_lengthens_a_short_scene_too(demo):
     bpy, arm, _ = demo
     set_scene(bpy, 30, 1001, 1010)
     assert bpy.ops.painted_skin.retarget() == {"FINISHED"}
@@ -199,7 +200,7 @@ def test_armature_source_in_the_scene_keeps_its_own_frames(demo):
     s.source_kind, s.source_object = "OBJECT", src
     assert bpy.ops.painted_skin.retarget() == {"FINISHED"}
     assert tuple(arm.animation_data.action.frame_range) == (1011.0, 1058.0)
-    assert scene_state(bpy) == (30, 1001, 1100)
+    assert scene_state(bpy) == (30, 1001, 1058)  # the range ends where the action does
 
 
 def test_api_and_cli_defaults_still_follow_the_clip(bpy_clean, tmp_path):
@@ -236,7 +237,7 @@ def test_reviewer_repro_120fps_bvh_into_a_24fps_shot(human):
     set_scene(bpy, 24, 1001, 1100)
     point_panel(bpy, data / WALK, arm)
     assert bpy.ops.painted_skin.retarget() == {"FINISHED"}
-    assert scene_state(bpy) == (24, 1001, 1100)
+    assert scene_state(bpy) == (24, 1001, 1069)
     assert tuple(arm.animation_data.action.frame_range) == (1001.0, 1069.0)
     s = bpy.context.scene.painted_skin_retarget
     assert "69 frames @ 24 fps (clip 120 fps)" in s.last_report
