@@ -108,10 +108,32 @@ def check_fingerprint(cfg: dict[str, Any], fingerprint: dict[str, Any] | None,
     mine = cfg.get("fingerprint") or {}
     diff = sorted(k for k in set(mine) & set(fingerprint) if mine[k] != fingerprint[k])
     if diff or not set(mine) & set(fingerprint):
-        what = ", ".join(f"{k}: model {mine.get(k)!r} vs scene {fingerprint.get(k)!r}"
-                         for k in (diff or sorted(set(mine) | set(fingerprint))))
-        raise ModelFolderError(f"skin model {str(folder)!r} was trained for another character "
-                               f"({what}): train a model for this character or pick its own")
+        keys = diff or sorted(set(mine) | set(fingerprint))
+        what = "; ".join(_differ(k, mine.get(k), fingerprint.get(k)) for k in keys[:2])
+        raise ModelFolderError(f"skin model {Path(folder).name!r} was trained for another "
+                               f"character ({what}): train this character's model (Skin Model "
+                               "> Train Skin Model, or painted-skin train-skin) or pick its own")
+
+
+def _differ(key: str, model: Any, scene: Any) -> str:
+    """How one fingerprint entry differs, in a few words (the whole entries ran off the
+    screen of a popup): mesh names, or their vertex counts when the names agree."""
+    return f"its {key}: {_short(model, scene)}, the scene's: {_short(scene, model)}"
+
+
+def _short(value: Any, other: Any) -> str:
+    def rows(v: Any) -> list | None:
+        return v if isinstance(v, list) and v and all(isinstance(r, list) and r for r in v) \
+            else None
+
+    mine, theirs = rows(value), rows(other)
+    if mine is not None:
+        same_names = theirs is not None and [r[0] for r in mine] == [r[0] for r in theirs]
+        parts = [f"{r[0]} ({r[1]} vertices)" if same_names and len(r) > 1 else str(r[0])
+                 for r in mine]
+        return ", ".join(parts[:3]) + (f" and {len(parts) - 3} more" if len(parts) > 3 else "")
+    text = "none" if value is None else str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 class SkinModel:

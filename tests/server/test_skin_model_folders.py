@@ -93,3 +93,17 @@ def test_a_broken_graph_is_refused_at_open_not_an_internal_error(folder, serve, 
         m = c.recv(60)
     assert m.type == P.ERROR and m.header["code"] == P.E_BAD_MESSAGE, m.header
     assert "not a graph onnxruntime can load" in m.header["message"]
+
+
+def test_another_characters_model_is_told_in_a_line_a_popup_can_show() -> None:
+    """The mismatch names the meshes, not their whole fingerprint (which ran off the
+    screen), and the fix: train this character's model or pick its own."""
+    cfg = {"fingerprint": {"meshes": [[f"PaintedSkinDemo_Part{i}", 16782 + i, 19554]
+                                      for i in range(12)], "bones": 52}}
+    scene = {"meshes": [["Mannequin_Body", 5000, 4000]], "bones": 40}
+    with pytest.raises(runtime.ModelFolderError) as e:
+        runtime.check_fingerprint(cfg, scene, "/models/demo")
+    text = str(e.value)
+    assert len(text) < 320 and "\n" not in text, text
+    assert "'demo'" in text and "Mannequin_Body" in text and "and 9 more" in text
+    assert "Train Skin Model" in text and "pick its own" in text

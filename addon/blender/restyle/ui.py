@@ -66,6 +66,15 @@ _settings, _keys, _out = settings, keys_folder, out_folder
 
 # -- operators ---------------------------------------------------------------------------------
 
+def _default_skin_model_for_another(scene, s) -> bool:
+    """The skin pipeline with no model named (the backend's default, the embedded demo
+    model) for a character that is not the demo's: refused before a backend is asked."""
+    from ..skin.ui import shows_the_demo_character
+
+    return (s.pipeline.strip() == "skin" and not s.model.strip()
+            and not shows_the_demo_character(scene))
+
+
 def error_text(e: Exception) -> str:
     """The message an operator reports; a backend that only has the echo pipeline was
     started with a Python lacking the diffusion packages: say where to fix that."""
@@ -99,7 +108,10 @@ class PS_OT_restyle(bpy.types.Operator):
                     "save it first, or choose an absolute folder"
                if s.out_dir.startswith("//") and not bpy.data.filepath
                else "the scene has no camera: add one (Passes panel: Add Camera)"
-               if context.scene.camera is None else None)
+               if context.scene.camera is None
+               else "the skin pipeline's default model is the demo character's: pick this "
+                    "character's model (Skin Model panel: Restyle with Skin Model)"
+               if _default_skin_model_for_another(context.scene, s) else None)
         if why:
             cls.poll_message_set(why)
         return why is None

@@ -335,7 +335,24 @@ def chosen_skin_model(context=None) -> str:
             raise SkinModelError(f"the model folder {s.model_folder or '(none)'!r} holds no "
                                  "config.json: pick a folder train-skin wrote")
         return "folder"
-    return "scene" if "scene" in scene_models(context) else "demo"
+    if "scene" in scene_models(context):
+        return "scene"
+    if shows_the_demo_character(context.scene):
+        return "demo"  # the embedded model is the demo character's own
+    raise SkinModelError("no skin model is trained for this character yet (the embedded "
+                         "'demo' model paints the demo character only): press Train Skin "
+                         "Model, or pick a Model Folder or Registry Name trained for it")
+
+
+# The demo character's mesh names start so (the embedded "demo" model learned it).
+DEMO_MESH_PREFIX = "PaintedSkinDemo"
+
+
+def shows_the_demo_character(scene: bpy.types.Scene) -> bool:
+    """Whether the scene's character is the demo's (by its mesh names: cheap enough for
+    a poll that runs on every redraw)."""
+    meshes = render_meshes(scene)
+    return bool(meshes) and all(m.name.startswith(DEMO_MESH_PREFIX) for m in meshes)
 
 
 def _folder(path: str) -> Path | None:

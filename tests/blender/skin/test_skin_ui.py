@@ -57,7 +57,7 @@ def test_a_model_trained_here_is_served_by_the_panels_backend_as_scene(registere
     s.model_dir = str(tmp_path / "model")
     assert bpy.ops.painted_skin.use_skin_model() == {"FINISHED"}
     r = bpy.context.scene.painted_skin_restyle
-    assert (r.pipeline, r.model) == ("skin", "demo")  # nothing trained yet: the embedded one
+    assert (r.pipeline, r.model) == ("skin", "demo")  # nothing trained yet: the demo's own
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text("{}")
     assert bpy.ops.painted_skin.use_skin_model() == {"FINISHED"}
@@ -102,6 +102,36 @@ def _model_folder(folder: Path) -> Path:
     folder.mkdir(parents=True)
     (folder / "config.json").write_text("{}")
     return folder
+
+
+def test_nothing_trained_for_another_character_is_said_not_replaced_by_demo(registered,
+                                                                          tmp_path):
+    """Trained Here with nothing trained, for a character that is not the demo's: the
+    button is greyed out with the reason instead of quietly picking the demo's model
+    (which the backend then refused only after Restyle Shot)."""
+    bpy = registered
+    bpy.ops.mesh.primitive_cube_add()
+    cube = bpy.context.object
+    cube.name = "Mannequin_Body"
+    arm = bpy.data.objects.new("Rig", bpy.data.armatures.new("Rig"))
+    bpy.context.scene.collection.objects.link(arm)
+    cube.modifiers.new("Armature", "ARMATURE").object = arm
+    s, r = bpy.context.scene.painted_skin_skin, bpy.context.scene.painted_skin_restyle
+    s.model_dir = str(tmp_path / "model")
+    r.pipeline, r.model = "echo", ""
+    assert not bpy.ops.painted_skin.use_skin_model.poll()
+    with pytest.raises(RuntimeError, match="no skin model is trained for this character"):
+        bpy.ops.painted_skin.use_skin_model()
+    assert (r.pipeline, r.model) == ("echo", "")  # nothing changed
+    # The Restyle panel's Model "Default" with the skin pipeline is the same quiet demo.
+    bpy.ops.object.camera_add()
+    bpy.context.scene.camera = bpy.context.object
+    r.out_dir = str(tmp_path / "out")
+    assert bpy.ops.painted_skin.restyle.poll()  # echo: nothing to pick
+    r.pipeline = "skin"
+    assert not bpy.ops.painted_skin.restyle.poll()
+    with pytest.raises(RuntimeError, match="default model is the demo character's"):
+        bpy.ops.painted_skin.restyle()
 
 
 def test_the_picker_chooses_what_restyle_paints_with(registered, tmp_path):
