@@ -4,6 +4,8 @@ pyzmq failed to load (the place to fix that is then still reachable)."""
 
 from __future__ import annotations
 
+import threading
+
 import bpy
 from bpy.props import StringProperty
 
@@ -30,14 +32,51 @@ class PS_OT_backend_check(bpy.types.Operator):
     python: StringProperty(name="Python", default="",
                            description="Empty: the preferences' Backend Python")
 
-    def execute(self, context):
+    _timer = None
+
+    def _python(self, context) -> str:
         p = preferences(context)
-        python = self.python or (bpy.path.abspath(p.python) if p is not None and p.python
-                                 else "")
-        res = probe_python(python)
+        return self.python or (bpy.path.abspath(p.python) if p is not None and p.python
+                               else "")
+
+    def _report(self, python: str, res) -> set[str]:
         CHECKS[python] = res.summary()
         self.report({"INFO"} if res.ok else {"ERROR"}, f"Backend Python: {res.summary()}")
         return {"FINISHED"} if res.ok else {"CANCELLED"}
+
+    def execute(self, context):
+        # Headless (no window, no timers): blocking.
+        python = self._python(context)
+        return self._report(python, probe_python(python))
+
+    def invoke(self, context, event):
+        # In a window the probe (a child Python importing torch: seconds) runs on a
+        # thread and a timer collects it: the UI never waits on it.
+        if context.window is None:
+            return self.execute(context)
+        self._checking = python = self._python(context)
+        self._result: list = []
+        CHECKS[python] = "checking…"
+        self._thread = threading.Thread(target=lambda: self._result.append(
+            probe_python(python)), daemon=True, name="painted-skin-check")
+        self._thread.start()
+        wm = context.window_manager
+        self._timer = wm.event_timer_add(0.25, window=context.window)
+        wm.modal_handler_add(self)
+        return {"RUNNING_MODAL"}
+
+    def modal(self, context, event):
+        if event.type != "TIMER" or self._thread.is_alive():
+            return {"PASS_THROUGH"}
+        context.window_manager.event_timer_remove(self._timer)
+        self._timer = None
+        for area in getattr(context.screen, "areas", ()):  # the result line, drawn now
+            area.tag_redraw()
+        if not self._result:  # the probe itself failed (it reports, never raises)
+            CHECKS[self._checking] = "the check could not run"
+            self.report({"ERROR"}, "Backend Python: the check could not run")
+            return {"CANCELLED"}
+        return self._report(self._checking, self._result[0])
 
 
 class PS_AddonPreferences(bpy.types.AddonPreferences):

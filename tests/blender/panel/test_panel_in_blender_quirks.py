@@ -183,3 +183,53 @@ def test_a_blender_without_openimageio_is_told_in_one_line(bpy_clean, monkeypatc
     monkeypatch.setattr(bpy_clean.utils, "resource_path", lambda kind: str(tmp_path))
     with pytest.raises(image_io.MissingOpenImageIO, match="python3-openimageio"):
         image_io.oiio()
+
+
+def test_check_in_a_window_never_waits_on_the_probe(bpy_clean, monkeypatch):
+    """*Check* runs the Backend Python (seconds: it imports torch); in a window it returns
+    at once and a timer collects the answer (the UI froze for 10 s before)."""
+    import threading
+    from types import SimpleNamespace
+
+    from painted_skin.addon.blender import preferences as P
+    from painted_skin.addon.core.backend.probe import ProbeResult
+
+    release, started = threading.Event(), threading.Event()
+
+    def slow_probe(python, **_):
+        started.set()
+        assert release.wait(60)
+        return ProbeResult(python=python, ok=True)
+
+    monkeypatch.setattr(P, "probe_python", slow_probe)
+
+    class WM:
+        def event_timer_add(self, step, window=None):
+            return object()
+
+        def event_timer_remove(self, timer):
+            pass
+
+        def modal_handler_add(self, op):
+            pass
+
+    class Op:
+        op = P.PS_OT_backend_check
+        invoke, modal, execute = op.invoke, op.modal, op.execute
+        _python, _report = op._python, op._report
+        python, reports = "/some/python", []
+
+        def report(self, kind, text):
+            self.reports.append((kind, text))
+
+    ctx = SimpleNamespace(window=object(), window_manager=WM(), screen=None,
+                          preferences=bpy_clean.context.preferences)
+    op = Op()
+    assert op.invoke(ctx, None) == {"RUNNING_MODAL"}  # returned while the probe runs
+    assert started.wait(60) and P.CHECKS["/some/python"] == "checking…"
+    tick = SimpleNamespace(type="TIMER")
+    assert op.modal(ctx, tick) == {"PASS_THROUGH"}  # still running: the UI goes on
+    release.set()
+    op._thread.join(60)
+    assert op.modal(ctx, tick) == {"FINISHED"}
+    assert P.CHECKS["/some/python"] != "checking…" and op.reports
