@@ -132,13 +132,34 @@ class PS_UL_references(bpy.types.UIList):
         sub.prop(item, "weight", text="")
 
 
+STARTED, GIVEN, FOUND = "started here", "at the URL set here", "found, not started here"
+
+
+def backend_origin(context, status) -> str | None:
+    """Whose backend answers: one this Blender started, one at a URL the animator set
+    (the panel's field, Connect), or one merely found at the default address — never
+    claimed as ours. None: nothing answers."""
+    if status is None or not status.ok:
+        return None
+    if LOCAL.running() and LOCAL.url == status.url:
+        return STARTED
+    return GIVEN if settings(context).url.strip() == status.url else FOUND
+
+
 def draw_backend(layout, context) -> None:
     """The Backend section: the live status (device, pipelines, models, queue), the URL,
     Connect, Start/Stop Local Backend."""
     ensure_timer()  # registration does not run in the UI's event loop: start pinging here
     col = layout.column()
-    col.label(text=LINE["text"], icon="LINKED" if LINE["ok"] else "UNLINKED")
     st = LIVE.status
+    whose = backend_origin(context, st)
+    if LINE["ok"] and whose == FOUND:
+        col.label(text="A backend not started here answers", icon="QUESTION")
+        col.label(text=f"at {st.url}: Connect to use it")
+    else:
+        col.label(text=LINE["text"], icon="LINKED" if LINE["ok"] else "UNLINKED")
+        if LINE["ok"] and whose:
+            col.label(text=whose)
     if st is not None and st.ok and st.url == backend_url(context):
         sub = col.column(align=True)
         sub.scale_y = 0.8
@@ -157,7 +178,7 @@ def draw_backend(layout, context) -> None:
         col.label(text="to start a local backend (or Connect to a running one)")
     s = settings(context)
     row = col.row(align=True)
-    row.prop(s, "url", text="")
+    row.prop(s, "url", text="", placeholder=backend_url(context))
     row.operator("painted_skin.backend_connect", text="", icon="FILE_REFRESH")
     row = col.row(align=True)
     if LOCAL.running():

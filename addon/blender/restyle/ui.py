@@ -256,8 +256,7 @@ class PS_OT_backend_connect(bpy.types.Operator):
 
     def execute(self, context):
         url = self.url or backend_url(context)
-        if self.url:
-            _settings(context).url = self.url
+        _settings(context).url = url  # Connect points the panel at it: no longer a find
         _STATUS.update(held=False, log_tail="")  # the animator asked anew: a fresh answer
         try:
             with BackendClient(url, keys=_keys(context), timeout_s=self.timeout) as c:

@@ -579,3 +579,21 @@ def test_panel_draws_backend_settings_progress_and_results() -> None:
     assert "2/4 frames" in texts(running)
     assert "bpy.ops.painted_skin.restyle_cancel()" in ops(running)
     assert "bpy.ops.painted_skin.restyle()" not in ops(running)
+
+
+def test_the_backend_line_says_whose_backend_answers(addon) -> None:
+    """A backend found at the default address that this Blender did not start, with no
+    URL set here, is shown as found — never as linked to the panel; a URL set here (or
+    Connect, which sets it) makes it the animator's."""
+    from painted_skin.addon.blender.restyle import panel as restyle_panel
+    from painted_skin.addon.core.backend.status import BackendStatus
+
+    bpy = addon
+    s = bpy.context.scene.painted_skin_restyle
+    s.url = ""
+    st = BackendStatus(url="tcp://127.0.0.1:5555", version="1", devices=("cpu",))
+    assert restyle_panel.backend_origin(bpy.context, st) == restyle_panel.FOUND
+    s.url = "tcp://127.0.0.1:5555"
+    assert restyle_panel.backend_origin(bpy.context, st) == restyle_panel.GIVEN
+    assert restyle_panel.backend_origin(bpy.context, BackendStatus(url=s.url, error="no")) \
+        is None
