@@ -11,7 +11,13 @@ import bpy
 import numpy as np
 from bpy.props import BoolProperty, EnumProperty, IntProperty, StringProperty
 
-from ..classes import SidebarPanel, draw_running, register_classes, unregister_classes
+from ..classes import (
+    SidebarPanel,
+    draw_running,
+    register_classes,
+    unregister_classes,
+    wrapped_label,
+)
 from ..out_paths import PATH_OPTIONS, UnwritableOutput, passes_output
 from .geometry import ShotError, ShotGeometry, render_meshes
 from .render import DEFAULT_NAMES, PASSES, PassOptions, make_passes
@@ -38,6 +44,8 @@ class PS_PassesSettings(bpy.types.PropertyGroup):
         description="What renders the passes")
     width: IntProperty(name="Width", default=512, min=16, max=8192,
                        description="Pass image width in pixels")
+    last_report: StringProperty(name="Last result", description="What the last Render "
+                                "Passes wrote, or why it stopped")
     height: IntProperty(name="Height", default=512, min=16, max=8192,
                         description="Pass image height in pixels")
     out_dir: StringProperty(name="Output", subtype="DIR_PATH", default="//passes/",
@@ -176,12 +184,12 @@ class PS_OT_render_passes(bpy.types.Operator):
             out, names = passes_output(s.out_dir)
             summary = make_passes(context.scene, s.options(context.scene), out, names=names)
         except (ValueError, OSError) as e:  # ShotError, UnwritableOutput, a damaged manifest
-            self.report({"ERROR"}, str(e))
+            _tell(self, s, "ERROR", str(e))
             return {"CANCELLED"}
         for w in summary["warnings"]:
             self.report({"WARNING"}, w)
-        self.report({"INFO"}, f"passes: {summary['done']}/{summary['frames']} frames "
-                              f"({summary['written']} written now)")
+        _tell(self, s, "INFO", f"passes: {summary['done']}/{summary['frames']} frames "
+                               f"({summary['written']} written now) in {out}")
         return {"FINISHED"}
 
     def invoke(self, context, event):
@@ -192,8 +200,9 @@ class PS_OT_render_passes(bpy.types.Operator):
             out, names = passes_output(s.out_dir)
             self._run = PassesRun(context.scene, s.options(context.scene), out, names)
         except (ShotError, UnwritableOutput, ValueError) as e:  # a bad pattern too
-            self.report({"ERROR"}, str(e))
+            _tell(self, s, "ERROR", str(e))
             return {"CANCELLED"}
+        self._error = ""
         # One frame per timer tick keeps the UI alive; Esc or Cancel stops between frames.
         RENDER.update(running=True, cancel=False, text=self._run.progress_text, factor=0.0)
         wm = context.window_manager
@@ -211,8 +220,9 @@ class PS_OT_render_passes(bpy.types.Operator):
         try:
             ended = run.step()
         except Exception as e:  # ShotError, a full disk, the scene changed under it...
-            self.report({"ERROR"}, str(e) if isinstance(e, ValueError | OSError)
-                        else f"passes stopped: {type(e).__name__}: {e}")
+            self._error = (str(e) if isinstance(e, ValueError | OSError)
+                           else f"{type(e).__name__}: {e}")
+            self.report({"ERROR"}, self._error)
             return self._finish(context, cancelled=True)
         context.window_manager.progress_update(run.done)
         RENDER.update(text=run.progress_text, factor=run.done / max(1, len(run.frames)))
@@ -241,10 +251,19 @@ class PS_OT_render_passes(bpy.types.Operator):
 
     def _finish(self, context, cancelled: bool):
         self._release(context)
-        self.report({"WARNING"} if cancelled else {"INFO"},
-                    f"passes: {self._run.done}/{len(self._run.frames)} frames"
-                    + (" (stopped; run again to resume)" if cancelled else ""))
+        why = getattr(self, "_error", "")
+        _tell(self, _settings(context), "WARNING" if cancelled else "INFO",
+              f"passes: {self._run.done}/{len(self._run.frames)} frames in {self._run.out}"
+              + (f" (stopped: {why}; run again to resume)" if why
+                 else " (stopped; run again to resume)" if cancelled else ""))
         return {"CANCELLED"} if cancelled else {"FINISHED"}
+
+
+def _tell(op: bpy.types.Operator, s: PS_PassesSettings, kind: str, text: str) -> None:
+    """Report ``text`` and keep it under the button: the status bar's message is gone in
+    seconds, the animator reads this one when they come back."""
+    s.last_report = text
+    op.report({kind}, text)
 
 
 def preview_array(scene: bpy.types.Scene, s: PS_PassesSettings) -> np.ndarray:
@@ -399,6 +418,8 @@ class PS_PT_passes(SidebarPanel, bpy.types.Panel):
                          "painted_skin.cancel_passes")
         else:
             col.operator("painted_skin.render_passes", icon="RENDER_ANIMATION")
+            if s.last_report:
+                wrapped_label(col, context, s.last_report, icon="INFO")
         row = col.row(align=True)
         row.prop(s, "preview", text="")
         row.operator("painted_skin.preview_pass", icon="IMAGE_DATA")

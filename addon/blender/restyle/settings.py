@@ -121,6 +121,8 @@ class PS_RestyleSettings(bpy.types.PropertyGroup):
                                 get=_pipeline_get, set=_pipeline_set,
                                 description="What paints the frames: the pipelines the "
                                             "backend reports (Custom…: type a name)")
+    last_report: StringProperty(name="Last result", description="What the last Restyle "
+                                "Shot painted, or why it stopped")
     model: StringProperty(name="Model Name", default="",
                           description="Model registry name (empty: the pipeline's default)")
     model_custom: BoolProperty(name="Custom Model", default=False,

@@ -122,11 +122,17 @@ class PS_OT_restyle(bpy.types.Operator):
             summary = restyle_shot(context.scene, panel_request(context),
                                    on_dead=restart_local_if_dead)
         except (ShotError, BackendError, UnwritableOutput, OSError, RequestError) as e:
-            self.report({"ERROR"}, error_text(e))
+            self._tell(context, "ERROR", error_text(e))
             return {"CANCELLED"}
-        self.report({"INFO"}, f"restyled: {summary['written'] + summary['skipped']}/"
-                              f"{summary['frames']} frames in {summary['out']}")
+        self._tell(context, "INFO", f"restyled: {summary['written'] + summary['skipped']}/"
+                                    f"{summary['frames']} frames in {summary['out']}")
         return {"FINISHED"}
+
+    def _tell(self, context, kind: str, text: str) -> None:
+        """Report ``text`` and keep it in the panel (the status bar's message is gone in
+        seconds; a backend's refusal must still be readable after its popup)."""
+        _settings(context).last_report = text
+        self.report({kind}, text)
 
     def invoke(self, context, event):
         if context.window is None:
@@ -167,7 +173,7 @@ class PS_OT_restyle(bpy.types.Operator):
             if getattr(self, "_client", None) is not None:
                 self._client.close()
                 self._client = None
-            self.report({"ERROR"}, error_text(e))
+            self._tell(context, "ERROR", error_text(e))
             return {"CANCELLED"}
         wm = context.window_manager
         wm.progress_begin(0, len(self._frames))
@@ -196,10 +202,12 @@ class PS_OT_restyle(bpy.types.Operator):
             # One new frame per tick: computing passes costs ~0.1 s at 512².
             self._client.poll_once(0, max_send=1)
         except Exception as e:  # disk full, a bad frame...: never leave the UI half-done
-            self.report({"ERROR"}, str(e))
+            self._error = str(e)
+            self.report({"ERROR"}, self._error)
             return self._finish(context)
         if shot.error is not None:
-            self.report({"ERROR"}, error_text(shot.error))
+            self._error = error_text(shot.error)
+            self.report({"ERROR"}, self._error)
             return self._finish(context)
         context.window_manager.progress_update(self._done)
         if getattr(self, "_shown", None) != self._done:
@@ -239,9 +247,11 @@ class PS_OT_restyle(bpy.types.Operator):
         context.scene.frame_set(self._frame_now)
         show_results(context, self._out, self._frames, _settings(context).use_vse)
         ok = shot is not None and shot.error is None and not shot.cancelled
-        self.report({"INFO"} if ok else {"WARNING"},
-                    f"restyle: {self._done}/{len(self._frames)} frames"
-                    + ("" if ok else " (stopped; run again to resume)"))
+        why = getattr(self, "_error", "")
+        self._tell(context, "INFO" if ok else "WARNING",
+                   f"restyle: {self._done}/{len(self._frames)} frames in {self._out}"
+                   + ("" if ok else f" (stopped: {why}; run again to resume)" if why
+                      else " (stopped; run again to resume)"))
         return {"FINISHED"} if ok else {"CANCELLED"}
 
 

@@ -423,8 +423,8 @@ def test_panel_shows_progress_and_its_cancel_button_stops_the_run(
 
     class Op:
         op = restyle_ui.PS_OT_restyle
-        invoke, modal, _finish, _release, _on_result = (
-            op.invoke, op.modal, op._finish, op._release, op._on_result)
+        invoke, modal, _finish, _release, _on_result, _tell = (
+            op.invoke, op.modal, op._finish, op._release, op._on_result, op._tell)
         _timer = None
 
         def report(self, kind, text):
@@ -447,6 +447,9 @@ def test_panel_shows_progress_and_its_cancel_button_stops_the_run(
         time.sleep(0.01)
         ret = op.modal(ctx, SimpleNamespace(type="TIMER", value="NOTHING"))
     assert ret == {"CANCELLED"} and "stopped" in op.last
+    # the summary stays in the panel after the status bar's message is gone
+    assert bpy.context.scene.painted_skin_restyle.last_report == op.last
+    assert str(tmp_path) in op.last
     assert restyle_panel.ActiveRun.progress() is None
     done = [f for f in range(1, 5) if restyle.frame_done(tmp_path, f)]
     assert 1 <= len(done) < 4

@@ -181,6 +181,8 @@ def test_panel_operators_render_and_preview(bpy_clean, shot_blend, tmp_path):
         assert bpy.ops.painted_skin.render_passes() == {"FINISHED"}
         assert sorted(p.name for p in (tmp_path / "ui" / "normal").iterdir()) == [
             "0003.exr", "0004.exr"]
+        assert s.last_report.startswith("passes: 2/2 frames")  # stays under the button
+        assert str(tmp_path / "ui") in s.last_report
         assert not (tmp_path / "ui" / "parts").exists()
         s.preview = "parts"
         assert bpy.ops.painted_skin.preview_pass() == {"FINISHED"}

@@ -214,7 +214,7 @@ def _fake_modal_run(bpy, cancel_after: int | None = None) -> tuple[set, object, 
     class Op:
         op = restyle_ui.PS_OT_restyle
         invoke, modal, _finish, _release = op.invoke, op.modal, op._finish, op._release
-        _on_result = op._on_result
+        _on_result, _tell = op._on_result, op._tell
         _timer = None
         reports: list = []
 
