@@ -160,6 +160,11 @@ def cmd_train_skin(args: argparse.Namespace) -> int:
                     "--python": args.python})
 
     def bar(what: str, total: int):
+        if not sys.stderr.isatty():  # the panel's child, a farm's log: a line per frame
+            def line(done: int, _total: int) -> None:
+                print(f"train-skin: rendering the {what} set: {done}/{total} frames",
+                      flush=True)
+            return line
         progress = _frame_bar(total)
         return None if progress is None else lambda done, _t: progress(done, total, done)
 

@@ -93,6 +93,11 @@ def train_command(blend: str, out: str, minutes: float, size: int, device: str, 
 _BAR = re.compile(r"(\d+)/(\d+) \[")
 # Lines of a Blender render child that say nothing about the training.
 _NOISE = ("Fra:", "Saved: '", "Time:")
+_BANNER = ("Blender ", "Read blend:", "Read prefs:")
+PHASE_SHARE = (0.4, 0.1, 0.5)  # rendering the training set, the held-out set, training
+# train-skin's line per rendered frame when its output is not a terminal (this child's).
+_RENDERING = re.compile(r"^train-skin: rendering the (?P<what>training|held-out) set: "
+                        r"(?P<done>\d+)/(?P<total>\d+) frames")
 
 
 class TrainingRun:
@@ -141,14 +146,29 @@ class TrainingRun:
 
     def _take(self, text: str) -> None:
         self.lines.append(text)
-        m = _BAR.search(text)
-        if text.startswith("skin:") and m and int(m[2]) > 0:
-            self.progress = min(1.0, int(m[1]) / int(m[2]))
-            text = f"step {m[1]}/{m[2]}"
+        if text.startswith(_BANNER):  # the child Blender's banner says nothing of the phase
+            return
+        m, rendering = _BAR.search(text), _RENDERING.match(text)
+        if rendering:  # phases 1 and 2: the training and the held-out set
+            phase = 0 if rendering["what"] == "training" else 1
+            self._advance(phase, int(rendering["done"]) / max(1, int(rendering["total"])))
+            text = (f"{phase + 1}/3 rendering the {rendering['what']} set: "
+                    f"{rendering['done']}/{rendering['total']} frames")
+        elif text.startswith("skin:") and m and int(m[2]) > 0:
+            self._advance(2, int(m[1]) / int(m[2]))
+            text = f"3/3 training: step {m[1]}/{m[2]}"
         elif text.startswith("model folder written:"):
             self.progress = 1.0
+        else:
+            text = "training: " + text
         if not self.stopping:
-            self.status = "training: " + text[:100]
+            self.status = text[:110]
+
+    def _advance(self, phase: int, fraction: float) -> None:
+        """The bar over the three phases (their share of a run's time), never going back."""
+        start = sum(PHASE_SHARE[:phase])
+        self.progress = max(self.progress,
+                            min(1.0, start + PHASE_SHARE[phase] * min(1.0, fraction)))
 
     def step(self) -> bool:
         """Take the lines read since the last tick; True once the child has ended

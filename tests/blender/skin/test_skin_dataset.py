@@ -4,6 +4,8 @@ cached between runs; bad characters and outputs are one clear line, exit 2."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from painted_skin import cli
@@ -146,3 +148,23 @@ def test_steps_alone_run_the_whole_schedule_and_minutes_alone_a_budget(tmp_path)
     assert opt(cmd(steps=5000), "--steps") == "5000" and "--minutes" not in cmd(steps=5000)
     assert opt(cmd(), "--minutes") == "20" and "--steps" not in cmd()
     assert opt(cmd(minutes=5.0, steps=100), "--minutes") == "5"
+
+
+def test_without_a_terminal_train_skin_prints_a_line_per_rendered_frame(tmp_path, capsys,
+                                                                        monkeypatch):
+    """The panel's child (and a farm's log) has no terminal for a bar: each rendered frame
+    is a line the panel reads as the phase and its count."""
+    from painted_skin.addon.blender.skin import dataset as D
+    from painted_skin.addon.blender.skin import train as T
+
+    def render(arm, folder, spec, progress=None, cancelled=None):
+        progress(1, 2)
+        raise KeyboardInterrupt  # stop there: the line is what is checked
+
+    monkeypatch.setattr(D, "build_dataset", render)
+    monkeypatch.setattr(T, "check_trainer", lambda python, env: None)
+    code = cli.main(["train-skin", "--character", "demo", "--out", str(tmp_path / "m"),
+                     "--cache", str(tmp_path / "c"), "--python", __import__("sys").executable])
+    assert code == 130
+    out = capsys.readouterr().out
+    assert re.search(r"^train-skin: rendering the training set: 1/\d+ frames$", out, re.M), out

@@ -6,6 +6,7 @@ from the checkpoint. The real trainer (backend Python, torch), on generated fram
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -65,7 +66,7 @@ def test_cancel_leaves_a_checkpoint_and_resume_trains_to_the_model_folder(regist
     job = skin_ui.start_training(_trainer(out))
     assert skin_ui.training_running() and job.progress == 0.0
     seen = _follow(job, lambda j: j.progress > 0)  # a step trained
-    assert 0 < seen[-1] < 1 and job.status.startswith("training: step ")
+    assert 0 < seen[-1] < 1 and job.status.startswith("3/3 training: step ")
 
     assert bpy.ops.painted_skin.cancel_training() == {"FINISHED"}  # the panel's button
     assert job.status == "stopping after this frame or step…"
@@ -101,3 +102,25 @@ def test_a_failed_training_says_why_in_the_panel(registered, tmp_path):
     assert job.status.startswith("training failed (exit 2): skin-train: error: nothing to "
                                  "resume")
     assert job.progress == 0.0 and not (tmp_path / "model").exists()
+
+
+def test_the_status_names_the_phase_and_its_count_not_blenders_banner(registered):
+    """The panel's line follows the run: the child Blender's banner says nothing, each
+    rendered frame says which set and how far, the trainer's bar which step."""
+    from painted_skin.addon.blender.skin import ui as skin_ui
+
+    job = skin_ui.TrainingRun([sys.executable, "-c", "pass"])
+    job.wait(60)
+    job.code, job.progress, job.status, seen = None, 0.0, "training: starting…", []
+    for line in ("Blender 5.2.2 LTS (hash abc built 2026-01-01)",
+                 "train-skin: rendering the training set: 3/12 frames",
+                 "train-skin: rendering the training set: 12/12 frames",
+                 "train-skin: rendering the held-out set: 6/6 frames",
+                 "skin: 40%|####      | 40/100 [00:10<00:15]"):
+        job._take(line)
+        seen.append((job.status, round(job.progress, 3)))
+    assert seen == [("training: starting…", 0.0),
+                    ("1/3 rendering the training set: 3/12 frames", 0.1),
+                    ("1/3 rendering the training set: 12/12 frames", 0.4),
+                    ("2/3 rendering the held-out set: 6/6 frames", 0.5),
+                    ("3/3 training: step 40/100", 0.7)]
