@@ -51,3 +51,14 @@ def wrapped_label(layout, context, text: str, icon: str = "NONE") -> None:
     lines = [w for para in text.splitlines() for w in (textwrap.wrap(para, chars) or [""])]
     for k, line in enumerate(lines or [""]):
         layout.label(text=line, icon=icon if k == 0 else "BLANK1")
+
+
+def labelled(layout, data, prop: str, text: str | None = None, **kw) -> None:
+    """``data.prop`` under its own label: beside its field a label gets a third of the
+    sidebar's default width (292 px) and is cut to a few letters ("Charact…"), and a path
+    or object name loses its end; above it both are whole. ``text``: the label (default:
+    the property's name, as Blender would show it)."""
+    name = text if text is not None else data.bl_rna.properties[prop].name
+    col = layout.column(align=True)
+    col.label(text=name)
+    col.prop(data, prop, text="", **kw)

@@ -14,6 +14,7 @@ from bpy.props import BoolProperty, EnumProperty, IntProperty, StringProperty
 from ..classes import (
     SidebarPanel,
     draw_running,
+    labelled,
     register_classes,
     unregister_classes,
     wrapped_label,
@@ -410,7 +411,7 @@ class PS_PT_passes(SidebarPanel, bpy.types.Panel):
         sub = col.row()
         sub.active = s.use_skeleton
         sub.prop(s, "openpose_normalized")
-        col.prop(s, "out_dir")
+        labelled(col, s, "out_dir")
         if context.scene.camera is None:
             col.operator("painted_skin.add_camera", icon="CAMERA_DATA")
         if RENDER["running"]:

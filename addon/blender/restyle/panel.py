@@ -10,7 +10,7 @@ from typing import Any
 import bpy
 from bpy.props import EnumProperty
 
-from ..classes import SidebarPanel, draw_running, wrapped_label
+from ..classes import SidebarPanel, draw_running, labelled, wrapped_label
 from ..client.local_backend import LOCAL
 from ..preferences import preferences
 from .backend_status import LINE, LIVE, ensure_timer
@@ -156,18 +156,18 @@ def draw_backend(layout, context) -> None:
     if LINE["ok"] and whose == FOUND:
         col.label(text="A backend not started here answers", icon="QUESTION")
         col.label(text=f"at {st.url}: Connect to use it")
-    else:
-        col.label(text=LINE["text"], icon="LINKED" if LINE["ok"] else "UNLINKED")
+    else:  # wrapped: the URL's port is the part a cut line loses
+        wrapped_label(col, context, LINE["text"], icon="LINKED" if LINE["ok"] else "UNLINKED")
         if LINE["ok"] and whose:
             col.label(text=whose)
     if st is not None and st.ok and st.url == backend_url(context):
         sub = col.column(align=True)
         sub.scale_y = 0.8
         sub.label(text=f"Device: {', '.join(st.devices) or '?'}")
-        sub.label(text=f"Pipelines: {', '.join(st.pipelines) or 'none'}")
+        wrapped_label(sub, context, f"Pipelines: {', '.join(st.pipelines) or 'none'}")
         models = [f"{p}: {', '.join(m)}" for p, m in st.models.items()]
         if models:
-            sub.label(text=f"Models loaded: {'; '.join(models)}")
+            wrapped_label(sub, context, f"Models loaded: {'; '.join(models)}")
         sub.label(text=f"Queue: {st.queue_depth}, {st.sessions} session(s)")
     for line in LINE.get("log_tail", "").splitlines():
         col.label(text=line[:120])
@@ -194,14 +194,14 @@ def draw_shot(layout, context) -> None:
     row = col.row(align=True)
     row.operator("painted_skin.restyle_preset", text="Fast Preview").preset = "FAST"
     row.operator("painted_skin.restyle_preset", text="Final Quality").preset = "FINAL"
-    col.prop(s, "pipeline_menu")
+    labelled(col, s, "pipeline_menu")
     if s.pipeline_custom:
         col.prop(s, "pipeline", text="Name")
-    col.prop(s, "model_menu")
+    labelled(col, s, "model_menu")
     if s.model_custom:
         col.prop(s, "model", text="Name")
-    col.prop(s, "prompt")
-    col.prop(s, "negative_prompt")
+    labelled(col, s, "prompt")
+    labelled(col, s, "negative_prompt")
     row = col.row(align=True)
     row.prop(s, "seed")
     row.prop(s, "steps")
@@ -211,7 +211,7 @@ def draw_shot(layout, context) -> None:
     row = col.row(align=True)
     row.prop(s, "width")
     row.prop(s, "height")
-    col.prop(s, "out_dir")
+    labelled(col, s, "out_dir")
     col.prop(s, "use_vse")
     progress = ActiveRun.progress()
     if progress is None:

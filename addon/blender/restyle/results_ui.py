@@ -10,7 +10,7 @@ from pathlib import Path
 import bpy
 import numpy as np
 
-from ..classes import SidebarPanel
+from ..classes import SidebarPanel, wrapped_label
 from ..passes.geometry import ShotError
 from .output import RESTYLED, frame_done, result_path
 from .settings import out_folder, reference_images, settings
@@ -286,13 +286,12 @@ class PS_PT_restyle_results(SidebarPanel, bpy.types.Panel):
         col = self.layout.column(align=True)
         why = _no_results(context)
         if why:
-            col.label(text=why, icon="INFO")
-        row = col.row(align=True)
-        row.operator("painted_skin.open_result", icon="IMAGE_DATA")
-        row.operator("painted_skin.compare", icon="SPLIT_VERTICAL")
-        row = col.row(align=True)
-        row.operator("painted_skin.add_to_sequencer", icon="SEQUENCE")
-        row.operator("painted_skin.open_output_folder", icon="FILEBROWSER")
+            wrapped_label(col, context, why, icon="INFO")
+        # one a row: two to a row cut their names ("Add to Sequen…", "Open Output F…")
+        for op, icon in (("open_result", "IMAGE_DATA"), ("compare", "SPLIT_VERTICAL"),
+                         ("add_to_sequencer", "SEQUENCE"),
+                         ("open_output_folder", "FILEBROWSER")):
+            col.operator(f"painted_skin.{op}", icon=icon)
 
 
 CLASSES = (PS_OT_open_result, PS_OT_add_to_sequencer, PS_OT_open_output_folder, PS_OT_compare,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bpy
 
-from ..classes import SidebarPanel, draw_running, wrapped_label
+from ..classes import SidebarPanel, draw_running, labelled, wrapped_label
 from .batch_ui import CLASSES as RETARGET_BATCH_CLASSES
 from .operators import running_job
 
@@ -16,15 +16,18 @@ class PS_UL_bone_map(bpy.types.UIList):
 
     def draw_item(self, context, layout, data, item, icon, active_data, active_prop, index=0):
         s = context.scene.painted_skin_retarget
-        row = layout.row(align=True)
-        row.label(text=item.canonical)
+        # The joint and the bone share the row; the confidence shows only when it is low
+        # (an icon), so neither name is cut at the sidebar's default width.
+        split = layout.split(factor=0.42, align=True)
+        split.label(text=item.canonical)
+        row = split.row(align=True)
         arm = s.target_object.data if s.target_object else None
         if arm is not None:
             row.prop_search(item, "bone", arm, "bones", text="")
         else:
             row.prop(item, "bone", text="")
-        low = item.confidence < 0.75
-        row.label(text=f"{item.confidence:.2f}", icon="ERROR" if low else "NONE")
+        if item.confidence < 0.75:
+            row.label(text="", icon="ERROR")
 
 
 class PS_PT_retarget(SidebarPanel, bpy.types.Panel):
@@ -38,13 +41,13 @@ class PS_PT_retarget(SidebarPanel, bpy.types.Panel):
         col = layout.column()
         col.prop(s, "source_kind", expand=True)
         if s.source_kind == "FILE":
-            col.prop(s, "source_path")
+            labelled(col, s, "source_path")
         else:
-            col.prop(s, "source_object")
-        col.prop(s, "source_preset")
+            labelled(col, s, "source_object")
+        labelled(col, s, "source_preset")
         col.separator()
-        col.prop(s, "target_object")
-        col.prop(s, "target_preset")
+        labelled(col, s, "target_object")
+        labelled(col, s, "target_preset")
         row = col.row(align=True)
         row.operator("painted_skin.detect_map", icon="BONE_DATA")
         row.operator("painted_skin.load_map", text="", icon="FILEBROWSER")

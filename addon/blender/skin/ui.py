@@ -23,7 +23,7 @@ from pathlib import Path
 import bpy
 from bpy.props import BoolProperty, EnumProperty, FloatProperty, IntProperty, StringProperty
 
-from ..classes import SidebarPanel, register_classes, unregister_classes
+from ..classes import SidebarPanel, labelled, register_classes, unregister_classes
 from ..out_paths import PATH_OPTIONS
 from ..passes.geometry import render_meshes
 from ..preferences import preferences
@@ -434,9 +434,9 @@ class PS_PT_skin(SidebarPanel, bpy.types.Panel):
     def draw(self, context):
         s = _settings(context)
         col = self.layout.column()
-        col.prop(s, "model_dir")
+        labelled(col, s, "model_dir")
+        col.prop(s, "minutes")
         row = col.row(align=True)
-        row.prop(s, "minutes")
         row.prop(s, "size", text="")
         row.prop(s, "device", text="")
         col.prop(s, "resume")
@@ -448,11 +448,11 @@ class PS_PT_skin(SidebarPanel, bpy.types.Panel):
         if job is not None:
             col.progress(factor=job.progress, type="BAR", text=job.status[:120])
         col.separator()
-        col.prop(s, "model_choice")
+        labelled(col, s, "model_choice")
         if s.model_choice == "folder":
-            col.prop(s, "model_folder")
+            labelled(col, s, "model_folder")
         elif s.model_choice == "registry":
-            col.prop(s, "model_name")
+            labelled(col, s, "model_name")
         if hasattr(context.scene, "painted_skin_restyle"):
             col.operator(PS_OT_use_skin_model.bl_idname, icon="BRUSH_DATA")
 
