@@ -37,6 +37,7 @@ import bpy
 
 # The check modules sit beside this script (Blender runs it as a file, not a package).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gui_checks_layout import check_panel_shots  # noqa: E402
 from gui_checks_render import (  # noqa: E402
     check_backend_start,
     check_backend_status,
@@ -118,6 +119,7 @@ CHECKS: list[tuple[str, Callable[[Context, Check], Steps]]] = [
     ("train_esc", lambda c, k: check_train(c, k, True, "esc")),
     ("open_file_while_running", check_open_file_while_running),
     ("undo_while_running", check_undo_while_running),
+    ("panel_shots", check_panel_shots),
 ]
 
 

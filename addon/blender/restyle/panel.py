@@ -173,9 +173,9 @@ def draw_backend(layout, context) -> None:
         col.label(text=line[:120])
     p = preferences(context)
     if bpy.app.binary_path and p is not None and not p.python:
-        col.label(text="Set Preferences > Add-ons > Painted Skin > Backend Python",
-                  icon="INFO")
-        col.label(text="to start a local backend (or Connect to a running one)")
+        wrapped_label(col, context, "Set Preferences > Add-ons > Painted Skin > Backend "
+                      "Python to start a local backend (or Connect to a running one)",
+                      icon="INFO")
     s = settings(context)
     row = col.row(align=True)
     row.prop(s, "url", text="", placeholder=backend_url(context))
