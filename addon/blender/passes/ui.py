@@ -404,13 +404,6 @@ class PS_PT_passes(SidebarPanel, bpy.types.Panel):
         row = col.row(align=True)
         row.prop(s, "width")
         row.prop(s, "height")
-        grid = col.grid_flow(columns=2, align=True)
-        for p in PASSES:
-            if hasattr(s, f"use_{p}"):
-                grid.prop(s, f"use_{p}")
-        sub = col.row()
-        sub.active = s.use_skeleton
-        sub.prop(s, "openpose_normalized")
         labelled(col, s, "out_dir")
         if context.scene.camera is None:
             col.operator("painted_skin.add_camera", icon="CAMERA_DATA")
@@ -426,8 +419,29 @@ class PS_PT_passes(SidebarPanel, bpy.types.Panel):
         row.operator("painted_skin.preview_pass", icon="IMAGE_DATA")
 
 
+class PS_PT_passes_select(SidebarPanel, bpy.types.Panel):
+    """Which passes to render, folded: the default set is what the backends read, and
+    Render Passes stays on the first screen."""
+
+    bl_idname = "PS_PT_passes_select"
+    bl_label = "Passes to Render"
+    bl_parent_id = "PS_PT_passes"
+    bl_options = {"DEFAULT_CLOSED"}
+
+    def draw(self, context):
+        s = _settings(context)
+        col = self.layout.column()
+        grid = col.grid_flow(columns=2, align=True)
+        for p in PASSES:
+            if hasattr(s, f"use_{p}"):
+                grid.prop(s, f"use_{p}")
+        sub = col.row()
+        sub.active = s.use_skeleton
+        sub.prop(s, "openpose_normalized")
+
+
 CLASSES = (PS_PassesSettings, PS_OT_render_passes, PS_OT_preview_pass, PS_OT_add_camera,
-           PS_OT_cancel_passes, PS_PT_passes)
+           PS_OT_cancel_passes, PS_PT_passes, PS_PT_passes_select)
 
 
 def register() -> None:

@@ -57,11 +57,6 @@ class PS_PT_retarget(SidebarPanel, bpy.types.Panel):
             col.template_list("PS_UL_bone_map", "", s, "target_map", s, "target_map_index",
                               rows=6)
         col.separator()
-        col.prop(s, "ground")
-        row = col.row()
-        row.prop(s, "in_place")
-        row.prop(s, "foot_lock")
-        col.prop(s, "keep_posture")
         job = running_job()
         if job is not None:
             draw_running(col, job.fraction, f"Retargeting {job.progress_text}",
@@ -75,4 +70,23 @@ class PS_PT_retarget(SidebarPanel, bpy.types.Panel):
             wrapped_label(col, context, s.last_report, icon="INFO")
 
 
-CLASSES = (PS_UL_bone_map, PS_PT_retarget, *RETARGET_BATCH_CLASSES)
+class PS_PT_retarget_options(SidebarPanel, bpy.types.Panel):
+    """How the motion lands on the character, folded: the defaults suit most clips, and
+    the Retarget button stays on the first screen."""
+
+    bl_idname = "PS_PT_retarget_options"
+    bl_label = "Options"
+    bl_parent_id = "PS_PT_retarget"
+    bl_options = {"DEFAULT_CLOSED"}
+
+    def draw(self, context):
+        s = context.scene.painted_skin_retarget
+        col = self.layout.column()
+        col.prop(s, "ground")
+        row = col.row()
+        row.prop(s, "in_place")
+        row.prop(s, "foot_lock")
+        col.prop(s, "keep_posture")
+
+
+CLASSES = (PS_UL_bone_map, PS_PT_retarget, PS_PT_retarget_options, *RETARGET_BATCH_CLASSES)

@@ -368,6 +368,7 @@ _DRAW_SCRIPT = textwrap.dedent("""
         with bpy.context.temp_override(window=win, area=area, region=region):
             pop = bpy.context.window_manager.popover_begin__internal()
             bpy.types.PS_PT_retarget.draw(pop, bpy.context)
+            bpy.types.PS_PT_retarget_options.draw(pop, bpy.context)  # its folded options
             return pop.layout.introspect()
 
     bpy.ops.wm.read_factory_settings(use_empty=True)
@@ -470,7 +471,12 @@ _DRAW_STEPS_SCRIPT = textwrap.dedent("""
         with bpy.context.temp_override(window=win, area=area, region=region):
             pop = bpy.context.window_manager.popover_begin__internal()
             getattr(bpy.types, panel).draw(pop, bpy.context)
+            for sub in SUBPANELS.get(panel, ()):  # its folded subpanels, drawn open
+                getattr(bpy.types, sub).draw(pop, bpy.context)
             return pop.layout.introspect()
+
+    SUBPANELS = {"PS_PT_passes": ("PS_PT_passes_select",),
+                 "PS_PT_retarget": ("PS_PT_retarget_options",)}
 
     bpy.ops.wm.read_factory_settings(use_empty=True)
     painted_skin.register()
