@@ -62,3 +62,31 @@ def labelled(layout, data, prop: str, text: str | None = None, **kw) -> None:
     col = layout.column(align=True)
     col.label(text=name)
     col.prop(data, prop, text="", **kw)
+
+
+class _PollReason:
+    """A stand-in for an operator class while its poll runs: keeps what the poll says."""
+
+    message: str | None = None
+
+    @classmethod
+    def poll_message_set(cls, message: str, *_args) -> None:
+        cls.message = message
+
+
+def greyed_out_because(op_cls: type, context) -> str | None:
+    """Why ``op_cls``'s button is greyed out (its poll's own message), or None when it
+    can run: shown in the panel under the button, where a tooltip needs a hover."""
+    poll = getattr(op_cls, "poll", None)
+    if poll is None:
+        return None
+    _PollReason.message = None
+    ok = poll.__func__(_PollReason, context)
+    return None if ok else (_PollReason.message or "not available yet")
+
+
+def draw_hint(layout, context, op_cls: type) -> None:
+    """The reason ``op_cls`` cannot run yet, as a wrapped line (nothing when it can)."""
+    why = greyed_out_because(op_cls, context)
+    if why:
+        wrapped_label(layout, context, why, icon="INFO")

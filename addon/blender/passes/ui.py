@@ -13,6 +13,7 @@ from bpy.props import BoolProperty, EnumProperty, IntProperty, StringProperty
 
 from ..classes import (
     SidebarPanel,
+    draw_hint,
     draw_running,
     labelled,
     register_classes,
@@ -412,6 +413,7 @@ class PS_PT_passes(SidebarPanel, bpy.types.Panel):
                          "painted_skin.cancel_passes")
         else:
             col.operator("painted_skin.render_passes", icon="RENDER_ANIMATION")
+            draw_hint(col, context, PS_OT_render_passes)
             if s.last_report:
                 wrapped_label(col, context, s.last_report, icon="INFO")
         row = col.row(align=True)

@@ -10,7 +10,7 @@ from typing import Any
 import bpy
 from bpy.props import EnumProperty
 
-from ..classes import SidebarPanel, draw_running, labelled, wrapped_label
+from ..classes import SidebarPanel, draw_hint, draw_running, labelled, wrapped_label
 from ..client.local_backend import LOCAL
 from ..preferences import preferences
 from .backend_status import LINE, LIVE, ensure_timer
@@ -216,6 +216,8 @@ def draw_shot(layout, context) -> None:
     progress = ActiveRun.progress()
     if progress is None:
         col.operator("painted_skin.restyle", icon="BRUSH_DATA")
+        # the operator by its registered name: its module imports this one
+        draw_hint(col, context, bpy.types.PAINTED_SKIN_OT_restyle)
         if s.last_report:
             wrapped_label(col, context, s.last_report, icon="INFO")
     else:

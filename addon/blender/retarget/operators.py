@@ -28,6 +28,41 @@ def _target_poll(cls, context) -> bool:
     return True
 
 
+def selected_armature(context) -> bpy.types.Object | None:
+    """The armature the animator has selected: the active object, or the armature that
+    deforms the active mesh (a click on the character's body)."""
+    obj = getattr(context, "active_object", None)
+    if obj is None:
+        return None
+    if obj.type == "ARMATURE":
+        return obj
+    mod = next((m for m in getattr(obj, "modifiers", ()) if m.type == "ARMATURE"
+                and m.object is not None), None)
+    return mod.object if mod is not None else None
+
+
+class PS_OT_use_selected_character(bpy.types.Operator):
+    """Retarget onto the selected character: the active armature, or the one deforming
+    the selected mesh"""
+
+    bl_idname = "painted_skin.use_selected_character"
+    bl_label = "Use Selected Character"
+    bl_options = {"REGISTER", "UNDO"}
+
+    @classmethod
+    def poll(cls, context):
+        if selected_armature(context) is None:
+            cls.poll_message_set("select the character (its armature or its body) first")
+            return False
+        return True
+
+    def execute(self, context):
+        arm = selected_armature(context)
+        _settings(context).target_object = arm
+        self.report({"INFO"}, f"Character: {arm.name}")
+        return {"FINISHED"}
+
+
 def panel_retarget_args(s) -> tuple[str, str | BoneMap, RetargetOptions]:
     """(source map, target map, options) the Retarget panel's settings give: what one
     clip and a batch of clips both retarget with."""
@@ -308,4 +343,4 @@ class PS_OT_load_map(bpy.types.Operator, ImportHelper):
 
 
 CLASSES = (PS_OT_detect_map, PS_OT_retarget, PS_OT_cancel_retarget, PS_OT_save_map,
-           PS_OT_load_map)
+           PS_OT_load_map, PS_OT_use_selected_character)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import bpy
 
-from ..classes import SidebarPanel, draw_running, labelled, wrapped_label
+from ..classes import SidebarPanel, draw_hint, draw_running, labelled, wrapped_label
 from .batch_ui import CLASSES as RETARGET_BATCH_CLASSES
-from .operators import running_job
+from .operators import PS_OT_retarget, running_job, selected_armature
 
 
 class PS_UL_bone_map(bpy.types.UIList):
@@ -47,6 +47,10 @@ class PS_PT_retarget(SidebarPanel, bpy.types.Panel):
         labelled(col, s, "source_preset")
         col.separator()
         labelled(col, s, "target_object")
+        picked = selected_armature(context)
+        if s.target_object is None and picked is not None:
+            col.operator("painted_skin.use_selected_character",
+                         text=f"Use Selected: {picked.name}", icon="EYEDROPPER")
         labelled(col, s, "target_preset")
         row = col.row(align=True)
         row.operator("painted_skin.detect_map", icon="BONE_DATA")
@@ -66,6 +70,7 @@ class PS_PT_retarget(SidebarPanel, bpy.types.Panel):
             row.operator("painted_skin.retarget", icon="ARMATURE_DATA")
             # several clip files, each its own Action (a multi-select file browser)
             row.operator("painted_skin.retarget_batch", text="", icon="DOCUMENTS")
+            draw_hint(col, context, PS_OT_retarget)
         if s.last_report:
             wrapped_label(col, context, s.last_report, icon="INFO")
 

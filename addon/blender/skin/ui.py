@@ -23,7 +23,13 @@ from pathlib import Path
 import bpy
 from bpy.props import BoolProperty, EnumProperty, FloatProperty, IntProperty, StringProperty
 
-from ..classes import SidebarPanel, labelled, register_classes, unregister_classes
+from ..classes import (
+    SidebarPanel,
+    draw_hint,
+    labelled,
+    register_classes,
+    unregister_classes,
+)
 from ..out_paths import PATH_OPTIONS
 from ..passes.geometry import render_meshes
 from ..preferences import preferences
@@ -445,6 +451,7 @@ class PS_PT_skin(SidebarPanel, bpy.types.Panel):
             col.operator(PS_OT_cancel_training.bl_idname, icon="CANCEL")
         else:
             col.operator(PS_OT_train_skin.bl_idname, icon="PLAY")
+            draw_hint(col, context, PS_OT_train_skin)
         if job is not None:
             col.progress(factor=job.progress, type="BAR", text=job.status[:120])
         col.separator()
@@ -455,6 +462,7 @@ class PS_PT_skin(SidebarPanel, bpy.types.Panel):
             labelled(col, s, "model_name")
         if hasattr(context.scene, "painted_skin_restyle"):
             col.operator(PS_OT_use_skin_model.bl_idname, icon="BRUSH_DATA")
+            draw_hint(col, context, PS_OT_use_skin_model)
 
 
 CLASSES = (PS_SkinSettings, PS_OT_train_skin, PS_OT_cancel_training, PS_OT_use_skin_model,

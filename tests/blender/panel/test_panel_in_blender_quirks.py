@@ -233,3 +233,26 @@ def test_check_in_a_window_never_waits_on_the_probe(bpy_clean, monkeypatch):
     op._thread.join(60)
     assert op.modal(ctx, tick) == {"FINISHED"}
     assert P.CHECKS["/some/python"] != "checking…" and op.reports
+
+
+def test_a_greyed_out_button_says_why_in_the_panel_and_the_selection_fills_character(
+        bpy_clean):
+    """The reason a main button is greyed out is a line under it (its poll's own words,
+    not only a hover tooltip), and the selected character's armature fills Character."""
+    import painted_skin
+    from painted_skin.addon.blender.classes import greyed_out_because
+    from painted_skin.addon.blender.retarget.operators import PS_OT_retarget
+    from painted_skin.demo.character import build_demo_character
+
+    painted_skin.register()
+    try:
+        s = bpy_clean.context.scene.painted_skin_retarget
+        assert "Character field" in greyed_out_because(PS_OT_retarget, bpy_clean.context)
+        arm = build_demo_character()
+        body = next(o for o in bpy_clean.data.objects if o.type == "MESH" and o.parent is arm)
+        bpy_clean.context.view_layer.objects.active = body  # a click on the body
+        assert bpy_clean.ops.painted_skin.use_selected_character() == {"FINISHED"}
+        assert s.target_object == arm
+        assert "no clip chosen" in greyed_out_because(PS_OT_retarget, bpy_clean.context)
+    finally:
+        painted_skin.unregister()
