@@ -37,7 +37,7 @@ import bpy
 
 # The check modules sit beside this script (Blender runs it as a file, not a package).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gui_checks_layout import check_panel_shots  # noqa: E402
+from gui_checks_layout import check_panel_shots, check_preview_keeps_the_editors  # noqa: E402
 from gui_checks_render import (  # noqa: E402
     check_backend_start,
     check_backend_status,
@@ -120,6 +120,7 @@ CHECKS: list[tuple[str, Callable[[Context, Check], Steps]]] = [
     ("open_file_while_running", check_open_file_while_running),
     ("undo_while_running", check_undo_while_running),
     ("panel_shots", check_panel_shots),
+    ("preview_keeps_the_editors", check_preview_keeps_the_editors),
 ]
 
 

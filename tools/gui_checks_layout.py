@@ -30,3 +30,35 @@ def check_panel_shots(ctx: Context, check: Check) -> Steps:
         for _ in range(STEPS):
             call(bpy.ops.view2d.scroll_down)
         yield from settle(check, 0.5)
+
+
+def check_preview_keeps_the_editors(ctx: Context, check: Check) -> Steps:
+    """Preview Pass opens an Image Editor beside the sidebar's area, never in place of
+    another editor (it turned the Properties editor into one), and fits the image."""
+    scene = bpy.context.scene
+    if scene.camera is None:
+        call(bpy.ops.painted_skin.add_camera)
+    screen = ui_context()["screen"]
+    before = sorted(a.type for a in screen.areas)
+    check.details["areas_before"] = before
+    result = call(bpy.ops.painted_skin.preview_pass)
+    check.details["preview"] = sorted(result)
+    yield from settle(check, 1.0)
+    after = sorted(a.type for a in screen.areas)
+    check.details["areas_after"] = after
+    lost = [t for t in set(before) if after.count(t) < before.count(t) and t != "IMAGE_EDITOR"]
+    check.expect(not lost, f"Preview Pass replaced the {lost} area(s)")
+    editors = [a for a in screen.areas if a.type == "IMAGE_EDITOR"]
+    if check.expect(editors, "no Image Editor shows the preview"):
+        area = editors[0]
+        region = next(r for r in area.regions if r.type == "WINDOW")
+        img, zoom = area.spaces.active.image, area.spaces.active.zoom
+        shown = (img.size[0] * zoom[0], img.size[1] * zoom[1]) if img else (0, 0)
+        check.details["shown_px"], check.details["region_px"] = shown, (region.width,
+                                                                         region.height)
+        check.expect(img is not None and shown[0] <= region.width + 1
+                     and shown[1] <= region.height + 1,
+                     f"the preview does not fit its view: {shown} in {region.width}x"
+                     f"{region.height}")
+    ctx.screens.take("preview_pass")
+    yield from settle(check, 0.5)

@@ -37,7 +37,8 @@ CHECKS = ("install", "sidebar", "retarget", "retarget_cancel", "retarget_esc",
           "batch_browser_cancel", "batch", "batch_cancel", "passes", "passes_cancel",
           "passes_esc", "backend_status", "backend_start", "restyle", "restyle_cancel",
           "restyle_esc", "backend_stop", "train", "train_cancel", "train_esc",
-          "open_file_while_running", "undo_while_running", "panel_shots")
+          "open_file_while_running", "undo_while_running", "panel_shots",
+          "preview_keeps_the_editors")
 
 pytestmark = [pytest.mark.slow, pytest.mark.shared_data]
 

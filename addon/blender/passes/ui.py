@@ -20,6 +20,7 @@ from ..classes import (
     unregister_classes,
     wrapped_label,
 )
+from ..image_view import show_image
 from ..out_paths import PATH_OPTIONS, UnwritableOutput, passes_output
 from .geometry import ShotError, ShotGeometry, render_meshes
 from .render import DEFAULT_NAMES, PASSES, PassOptions, make_passes
@@ -296,30 +297,9 @@ def preview_array(scene: bpy.types.Scene, s: PS_PassesSettings) -> np.ndarray:
     return np.concatenate([rgb, np.ones(rgb.shape[:2] + (1,))], axis=-1).astype(np.float32)
 
 
-def show_in_image_editor(screen: bpy.types.Screen | None, image: bpy.types.Image) -> str:
-    """Show ``image`` in the screen's Image Editors; with none, the largest area that is
-    not a 3D viewport becomes one. Returns what the animator is told."""
-    areas = [a for a in screen.areas if a.type == "IMAGE_EDITOR"] if screen else []
-    turned = ""
-    if screen is not None and not areas:
-        others = [a for a in screen.areas if a.type != "VIEW_3D"]
-        if others:
-            area = max(others, key=lambda a: a.width * a.height)
-            turned = area.ui_type
-            area.type = "IMAGE_EDITOR"
-            areas = [area]
-    for area in areas:
-        area.spaces.active.image = image
-    if not areas:
-        return f"preview in image {image.name!r} (open an Image Editor to see it)"
-    was = f" (the {turned.replace('_', ' ').title()} area became an Image Editor)" if turned \
-        else ""
-    return f"preview in image {image.name!r}{was}"
-
-
 class PS_OT_preview_pass(bpy.types.Operator):
     """Compute the chosen pass of the current frame and show it in an Image Editor (one is
-    opened in place of the largest non-3D area when the screen has none)"""
+    opened beside this area when the screen has none)"""
 
     bl_idname = "painted_skin.preview_pass"
     bl_label = "Preview Pass"
@@ -343,8 +323,10 @@ class PS_OT_preview_pass(bpy.types.Operator):
                                       float_buffer=True)
         img.pixels.foreach_set(rgba[::-1].ravel())  # Blender stores rows bottom-up
         img.update()
-        self.report({"INFO"}, f"{s.preview} of frame {context.scene.frame_current}: "
-                              + show_in_image_editor(context.screen, img))
+        shown = show_image(context, img)
+        self.report({"INFO"}, f"{s.preview} of frame {context.scene.frame_current}: preview "
+                              f"in image {img.name!r}"
+                              + ("" if shown else " (no window here to show it in)"))
         return {"FINISHED"}
 
 

@@ -11,6 +11,7 @@ import bpy
 import numpy as np
 
 from ..classes import SidebarPanel, wrapped_label
+from ..image_view import image_editors, show_image
 from ..passes.geometry import ShotError
 from .output import RESTYLED, frame_done, result_path
 from .settings import out_folder, reference_images, settings
@@ -53,23 +54,6 @@ class _NeedsResults:
         return why is None
 
 
-def _image_editor(context) -> bool:
-    """Make sure the screen has an Image Editor: split the area the button was pressed
-    in when there is none. False where there are no windows (headless)."""
-    screen = context.screen
-    if context.window is None or screen is None:
-        return False
-    if any(a.type == "IMAGE_EDITOR" for a in screen.areas):
-        return True
-    area = context.area or max(screen.areas, key=lambda a: a.width * a.height)
-    before = set(screen.areas[:])
-    with context.temp_override(area=area):
-        bpy.ops.screen.area_split(direction="VERTICAL", factor=0.5)
-    new = [a for a in screen.areas if a not in before]
-    (new[0] if new else area).type = "IMAGE_EDITOR"
-    return True
-
-
 class PS_OT_open_result(_NeedsResults, bpy.types.Operator):
     """Load the restyled frames as an image sequence into an Image Editor (one is opened
     beside this area when the screen has none)"""
@@ -79,7 +63,7 @@ class PS_OT_open_result(_NeedsResults, bpy.types.Operator):
 
     def execute(self, context):
         out = out_folder(context)
-        shown = _image_editor(context)
+        shown = bool(image_editors(context))
         img = show_results(context, out, shot_range(context))
         if img is None:
             self.report({"ERROR"}, f"nothing restyled in {out / RESTYLED}")
@@ -269,10 +253,7 @@ class PS_OT_compare(_NeedsResults, bpy.types.Operator):
             bpy.data.images.remove(old)
         img = bpy.data.images.load(str(path), check_existing=False)
         img.name = COMPARE_IMAGE
-        if _image_editor(context):
-            for area in context.screen.areas:
-                if area.type == "IMAGE_EDITOR":
-                    area.spaces.active.image = img
+        show_image(context, img)  # the whole sheet, fitted (it opened zoomed in)
         self.report({"INFO"}, f"compare: {path}")
         return {"FINISHED"}
 
