@@ -23,6 +23,7 @@ from pathlib import Path
 import bpy
 
 from ...core.files.atomic import check_writable, write_json_atomic
+from ...core.files.paths import removed_if_left_empty
 from . import dataset as D
 
 REPO = Path(__file__).resolve().parents[3]
@@ -177,19 +178,8 @@ def _check_out(out: Path) -> None:
 def probe_folder(path: Path, what: str) -> None:
     """Refuse a folder that cannot be made or written (``/proc/x``, below a file), and
     leave none behind: the trainer makes it when it writes the model."""
-    missing = []
-    p = path.absolute()
-    while not p.exists() and p != p.parent:
-        missing.append(p)
-        p = p.parent
-    try:
+    with removed_if_left_empty(path, always=True):
         check_writable(path, what)
-    finally:
-        for folder in missing:  # deepest first
-            try:
-                folder.rmdir()
-            except OSError:
-                break
 
 
 def trainer_env() -> dict[str, str]:

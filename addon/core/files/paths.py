@@ -47,10 +47,11 @@ def check_distinct(outputs: Mapping[str, PathLike | None],
 
 
 @contextlib.contextmanager
-def removed_if_left_empty(folder: PathLike) -> Iterator[Path]:
-    """Run a block that may create ``folder``; if the block fails, the folders it
-    created (``folder`` and missing parents) are removed again when still empty, so
-    a failed run leaves no empty output folder behind."""
+def removed_if_left_empty(folder: PathLike, always: bool = False) -> Iterator[Path]:
+    """Run a block that may create ``folder``; if the block fails (with ``always``: in
+    any case, e.g. a probe that only checks the folder can be made), the folders it
+    created (``folder`` and missing parents) are removed again when still empty, so no
+    empty output folder is left behind."""
     folder = Path(folder)
     new: list[Path] = []
     p = folder.absolute()
@@ -60,9 +61,15 @@ def removed_if_left_empty(folder: PathLike) -> Iterator[Path]:
     try:
         yield folder
     except BaseException:
-        for p in new:  # deepest first
-            try:
-                p.rmdir()
-            except OSError:  # not empty (work was done) or not ours to remove
-                break
+        _remove_empty(new)
         raise
+    if always:
+        _remove_empty(new)
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    for p in folders:  # deepest first
+        try:
+            p.rmdir()
+        except OSError:  # not empty (work was done) or not ours to remove
+            break
