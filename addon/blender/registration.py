@@ -2,9 +2,10 @@
 operators and panel in the order the sidebar shows them (retarget, passes, the skin
 model, restyle), then the Scene settings that point at them.
 
-Retarget and Passes need nothing beyond Blender and numpy; Restyle needs pyzmq (a wheel
-the extension bundles). Its import is the only one allowed to fail: the rest of the
-add-on registers and the Restyle panel explains what is missing.
+Retarget and Passes need nothing beyond Blender and numpy; Restyle and the Painted Skin
+render engine need pyzmq (a wheel the extension bundles). Its import is the only one
+allowed to fail: the rest of the add-on registers and the Restyle panel explains what is
+missing.
 """
 
 from __future__ import annotations
@@ -46,9 +47,16 @@ def register() -> None:
     if ui is not None:
         ui.register()  # its classes, its Scene settings and the backend status timer
         _REGISTERED["restyle_ui"] = ui
+        from . import engine  # paints through the same client: needs pyzmq too
+
+        engine.register()
+        _REGISTERED["engine"] = engine
 
 
 def unregister() -> None:
+    engine = _REGISTERED.pop("engine", None)
+    if engine is not None:
+        engine.unregister()
     ui = _REGISTERED.pop("restyle_ui", None)
     if ui is not None:
         ui.unregister()  # stops the local backend started from the panel

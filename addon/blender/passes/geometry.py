@@ -8,7 +8,7 @@ positions and normals, in the domain Blender keeps them in (FACTS.md: the
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -66,22 +66,29 @@ def render_uv_name(me) -> str | None:
     return next((u.name for u in layers if u.active_render), layers[0].name)
 
 
+def _update_view_layer() -> None:
+    bpy.context.view_layer.update()
+
+
 @contextmanager
-def rest_position_attribute(objects: list[bpy.types.Object]) -> Iterator[None]:
+def rest_position_attribute(objects: list[bpy.types.Object],
+                            update: Callable[[], None] = _update_view_layer
+                            ) -> Iterator[None]:
     """Have Blender evaluate the ``rest_position`` attribute on ``objects`` for the
-    duration, then put each object's flag back as it was (never left in a file)."""
+    duration, then put each object's flag back as it was (never left in a file).
+    ``update``: what re-evaluates the depsgraph read (default: the view layer's)."""
     saved = [(ob, getattr(ob, REST_FLAG)) for ob in objects if hasattr(ob, REST_FLAG)]
     try:
         for ob, was in saved:
             if not was:
                 setattr(ob, REST_FLAG, True)
-        bpy.context.view_layer.update()
+        update()
         yield
     finally:
         for ob, was in saved:
             if getattr(ob, REST_FLAG) != was:
                 setattr(ob, REST_FLAG, was)
-        bpy.context.view_layer.update()
+        update()
 
 
 class ShotError(ValueError):
@@ -158,16 +165,26 @@ def find_armature(meshes: list[bpy.types.Object]) -> bpy.types.Object | None:
 
 
 class ShotGeometry:
-    """Reads the scene's visible meshes (concatenated) and the driving armature."""
+    """Reads the scene's visible meshes (concatenated) and the driving armature.
 
-    def __init__(self, scene: bpy.types.Scene, width: int, height: int) -> None:
+    By default through the view layer's depsgraph, moving the scene's frame; a render
+    engine gives its own ``depsgraph`` and ``set_frame`` (``RenderEngine.frame_set``,
+    which re-evaluates that depsgraph), so a render reads what it renders."""
+
+    def __init__(self, scene: bpy.types.Scene, width: int, height: int,
+                 depsgraph: bpy.types.Depsgraph | None = None,
+                 set_frame: Callable[[int], None] | None = None,
+                 need_camera: bool = True) -> None:
         self.scene = scene
+        self.depsgraph = depsgraph
+        self.set_frame = set_frame or scene.frame_set
         self.width, self.height = width, height
         self.objects = render_meshes(scene)
         if not self.objects:
             raise ShotError("the scene has no visible mesh to render")
         try:
-            camera_for(scene, width=width, height=height)  # fail early without a camera
+            if need_camera:  # fail early without one (a viewport brings its own)
+                camera_for(scene, width=width, height=height)
         except ValueError as e:
             raise ShotError(str(e)) from None
         self.armature = find_armature(self.objects)
@@ -201,8 +218,15 @@ class ShotGeometry:
         self._surface: SurfaceAttributes | None = None
 
     def _evaluated(self, ob: bpy.types.Object):
-        dg = bpy.context.evaluated_depsgraph_get()
+        dg = self.depsgraph or bpy.context.evaluated_depsgraph_get()
         return ob.evaluated_get(dg)
+
+    def _update(self) -> None:
+        """Re-evaluate the depsgraph read, at the frame it shows."""
+        if self.depsgraph is None:
+            bpy.context.view_layer.update()
+        else:
+            self.set_frame(self.scene.frame_current)
 
     def _read_topology(self) -> None:
         tris, labels, counts, cull, index = [], [], [], [], []
@@ -252,7 +276,7 @@ class ShotGeometry:
         if self._surface is not None:
             return self._surface
         rest, uvs, has = [], [], []
-        with rest_position_attribute(self.objects):
+        with rest_position_attribute(self.objects, self._update):
             for ob, counts, index in zip(self.objects, self.counts, self._normal_index,
                                          strict=True):
                 ev = self._evaluated(ob)
@@ -304,7 +328,13 @@ class ShotGeometry:
 
     def frame(self, f: int, with_joints: bool = False) -> FrameGeometry:
         """Evaluate frame ``f``: world positions, corner normals, camera, joints."""
-        self.scene.frame_set(f)
+        self.set_frame(f)
+        return self.current(with_joints=with_joints)
+
+    def current(self, camera=None, with_joints: bool = False) -> FrameGeometry:
+        """The meshes as the depsgraph shows them now (a pose being edited, unkeyed, is
+        read as it is), seen by ``camera`` (a ``core.camera.Camera``; default: the scene
+        camera at this size)."""
         pos, nrm = [], []
         for ob, counts, index in zip(self.objects, self.counts, self._normal_index,
                                      strict=True):
@@ -332,13 +362,22 @@ class ShotGeometry:
             nrm.append(np.take(nw, index[domain], axis=0))  # 4x faster than nw[idx]
         positions = np.concatenate(pos)
         corner_normals = np.concatenate(nrm)
-        cam = camera_for(self.scene, width=self.width, height=self.height)
+        # Camera, lights and bones as evaluated (a render's depsgraph moves its own
+        # copies of them, not the objects the scene holds).
+        if camera is None:
+            camera = self.camera()
         joints = self._joints() if with_joints and self.bone_map else None
-        return FrameGeometry(positions, corner_normals, cam, joints,
-                             [light_at(o) for o in self.lights])
+        return FrameGeometry(positions, corner_normals, camera, joints,
+                             [light_at(self._evaluated(o)) for o in self.lights])
+
+    def camera(self):
+        """The scene camera as the depsgraph read shows it now (``core.camera.Camera``)."""
+        cam_obj = self.scene.camera
+        return camera_for(self.scene, None if cam_obj is None else self._evaluated(cam_obj),
+                          width=self.width, height=self.height)
 
     def _joints(self) -> dict:
-        arm = self.armature
+        arm = self._evaluated(self.armature)
         bones = arm.pose.bones
         n = len(bones)
         # Two bulk reads instead of a Python loop over the bones (~40x faster).

@@ -159,12 +159,14 @@ def wire_passes(pipeline: str) -> tuple[str, ...]:
 
 
 def shot_frames(scene: bpy.types.Scene, frames: list[int], width: int, height: int,
-                engine: str = "fast", passes: tuple[str, ...] = DEFAULT_PASSES
+                engine: str = "fast", passes: tuple[str, ...] = DEFAULT_PASSES,
+                geometry: ShotGeometry | None = None
                 ) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
-    """(frame, wire arrays) for ``frames``, computed lazily one frame at a time."""
+    """(frame, wire arrays) for ``frames``, computed lazily one frame at a time;
+    ``geometry``: the shot's reader to use (a render engine's, on its depsgraph)."""
     if not frames:
         return
-    geo = ShotGeometry(scene, width, height)
+    geo = geometry or ShotGeometry(scene, width, height)
     opts = PassOptions(frames=range(min(frames), max(frames) + 1), width=width, height=height,
                        engine=engine, passes=passes)
     opts.validate()

@@ -88,3 +88,24 @@ def blender_camera(width: int, height: int, lens: float, sensor_width: float,
     cy = height / 2.0 + shift_y * size / pixel_aspect
     return Camera(width=width, height=height, fx=fx, fy=fy, cx=cx, cy=cy, near=clip_start,
                   far=clip_end, ortho=ortho_scale is not None, world=np.asarray(world, float))
+
+
+def camera_from_matrices(view: np.ndarray, window: np.ndarray, width: int,
+                         height: int) -> Camera:
+    """The :class:`Camera` of a 3D Viewport: its view matrix (world -> view) and window
+    (OpenGL projection) matrix, as ``RegionView3D`` gives them, drawn at ``width`` x
+    ``height`` pixels. Perspective and orthographic views alike; a camera view's window
+    matrix already places the camera's frame inside the region."""
+    p = np.asarray(window, np.float64)
+    world = np.linalg.inv(np.asarray(view, np.float64))
+    world[:3, :3] /= np.linalg.norm(world[:3, :3], axis=0, keepdims=True)
+    ortho = abs(p[3, 3]) > 0.5
+    fx, fy = width / 2.0 * p[0, 0], height / 2.0 * p[1, 1]
+    if ortho:  # ndc = P00 x + P03: u = W/2 (ndc + 1), v = H/2 (1 - ndc_y)
+        cx, cy = width / 2.0 * (1 + p[0, 3]), height / 2.0 * (1 - p[1, 3])
+        near, far = (p[2, 3] + 1) / p[2, 2], (p[2, 3] - 1) / p[2, 2]
+    else:  # ndc = P00 x/d - P02 with d = -z the depth
+        cx, cy = width / 2.0 * (1 - p[0, 2]), height / 2.0 * (1 + p[1, 2])
+        near, far = p[2, 3] / (p[2, 2] - 1), p[2, 3] / (p[2, 2] + 1)
+    return Camera(width=width, height=height, fx=fx, fy=fy, cx=cx, cy=cy,
+                  near=float(abs(near)), far=float(abs(far)), ortho=ortho, world=world)

@@ -1,0 +1,75 @@
+"""Render Properties ▸ Painted Skin: the engine's settings, shown while Painted Skin is
+the scene's render engine, and the one colour setting its frames need: the painting is
+display-ready, so the *Standard* view transform saves the very colours Restyle writes
+(Blender's default, AgX, would tone-map them a second time)."""
+
+from __future__ import annotations
+
+import bpy
+
+from ..classes import labelled, wrapped_label
+from .engine import ENGINE_ID
+
+STANDARD = "Standard"
+
+
+def view_transform_hint(scene: bpy.types.Scene) -> str | None:
+    """Why the saved frames will not show the painting's colours, or None."""
+    vs = scene.view_settings
+    if vs.view_transform == STANDARD and vs.look in ("None", ""):
+        return None
+    return (f"View Transform is {vs.view_transform}: the painting is already display-ready, "
+            "so its colours change when saved. Use Standard to keep them.")
+
+
+class PS_OT_engine_standard_view(bpy.types.Operator):
+    """Set Color Management to the Standard view transform (no look, exposure 0, gamma
+    1): the painted frames are saved with the colours the skin model paints"""
+
+    bl_idname = "painted_skin.engine_standard_view"
+    bl_label = "Use Standard View"
+    bl_options = {"REGISTER", "UNDO"}
+
+    def execute(self, context):
+        vs = context.scene.view_settings
+        vs.view_transform, vs.look, vs.exposure, vs.gamma = STANDARD, "None", 0.0, 1.0
+        return {"FINISHED"}
+
+
+class PS_PT_engine(bpy.types.Panel):
+    """Render Properties ▸ Painted Skin."""
+
+    bl_label = "Painted Skin"
+    bl_idname = "RENDER_PT_painted_skin"
+    bl_space_type = "PROPERTIES"
+    bl_region_type = "WINDOW"
+    bl_context = "render"
+    COMPAT_ENGINES = {ENGINE_ID}
+
+    @classmethod
+    def poll(cls, context):
+        return context.engine in cls.COMPAT_ENGINES
+
+    def draw(self, context):
+        layout = self.layout
+        layout.use_property_split = False
+        s = context.scene.painted_skin_engine
+        labelled(layout, s, "model", text="Skin Model (empty: the Skin Model panel's)")
+        labelled(layout, s, "url", text="Backend URL (empty: the Restyle panel's)")
+        layout.prop(s, "start_local")
+        col = layout.column(align=True)
+        col.prop(s, "temporal")
+        sub = col.row()
+        sub.active = s.temporal
+        sub.prop(s, "stabilize", slider=True)
+        box = layout.column(align=True)
+        box.label(text="Viewport")
+        box.prop(s, "viewport_scale", slider=True)
+        box.prop(s, "viewport_refine")
+        hint = view_transform_hint(context.scene)
+        if hint:
+            wrapped_label(layout, context, hint, icon="INFO")
+            layout.operator(PS_OT_engine_standard_view.bl_idname, icon="COLOR")
+
+
+CLASSES = (PS_OT_engine_standard_view, PS_PT_engine)

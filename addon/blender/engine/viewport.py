@@ -1,0 +1,156 @@
+"""The Rendered viewport's loop, without a window: the main thread takes a snapshot of
+what the view shows (the meshes as evaluated now, the view's camera) and hands it over;
+one worker thread rasterises its passes and has the backend paint them; the last
+finished frame waits for the viewport to draw it.
+
+Nothing here waits on the backend on the calling thread: :meth:`ViewportJob.submit`
+replaces the snapshot not yet taken (a view that moves on drops the frames it no longer
+needs) and returns at once. :meth:`ViewportJob.step` does one snapshot's work on the
+calling thread: the tests and ``painted-skin bench viewport`` drive the loop with it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ....wire import WIRE_PASSES
+from ..passes.fast import fast_frame
+from ..passes.geometry import FrameGeometry, ShotGeometry
+from ..restyle.loop import wire_arrays, wire_passes
+from .frame_painter import FramePainter
+from .settings import PaintSettings
+
+#: The passes a viewport frame is painted from: the pipeline's, without the motion
+#: vectors and skeleton (every viewport frame is painted fresh).
+VIEW_SKIP = frozenset({"motion", "skeleton"})
+
+
+@dataclass
+class Snapshot:
+    """What the view showed when it changed, taken on the main thread."""
+
+    serial: int
+    frame: int
+    geometry: FrameGeometry  # positions, normals, the view's camera at its size
+    taken: float  # time.monotonic() when the view changed
+    full: bool = False  # at the region's full size (the refinement of a still view)
+
+    @property
+    def size(self) -> tuple[int, int]:
+        return self.geometry.camera.width, self.geometry.camera.height
+
+
+@dataclass
+class Painted:
+    """A finished viewport frame."""
+
+    serial: int
+    rgb: np.ndarray  # uint8 (H, W, 3), top row first
+    mask: np.ndarray  # bool (H, W)
+    latency_s: float  # from the view's change to this frame being ready
+    full: bool
+
+
+def view_size(region_width: int, region_height: int, scale: float) -> tuple[int, int]:
+    """The painted size for a region at ``scale``: even sides, at least 16 px."""
+    return (max(16, int(region_width * scale) // 2 * 2),
+            max(16, int(region_height * scale) // 2 * 2))
+
+
+class ViewportJob:
+    """One viewport's loop (see the module docstring). ``on_ready`` is called on the
+    worker thread when a frame is ready: it must only set a flag (the viewport's timer
+    then redraws on the main thread)."""
+
+    def __init__(self, geometry: ShotGeometry, settings: PaintSettings, options: dict,
+                 python: str | None = None,
+                 on_ready: Callable[[], None] | None = None) -> None:
+        self.geometry = geometry
+        geometry.surface_attributes()  # read here: the worker may not call Blender
+        self.settings, self.options = settings, options
+        self.painter = FramePainter(timeout_s=10.0, python=python, restart_dead=False)
+        self.on_ready = on_ready
+        self.want = set(wire_passes(settings.pipeline)) - VIEW_SKIP
+        self._pending: Snapshot | None = None
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._stop = False
+        self.latest: Painted | None = None
+        self.error: str | None = None
+        self.busy = False
+        self._serial = 0
+
+    # -- the main thread's side --------------------------------------------------------
+
+    def snapshot(self, camera, frame: int, full: bool = False,
+                 taken: float | None = None) -> Snapshot:
+        """Read the meshes as they are now, seen by ``camera`` (main thread only)."""
+        self._serial += 1
+        return Snapshot(self._serial, frame, self.geometry.current(camera),
+                        time.monotonic() if taken is None else taken, full)
+
+    def submit(self, snap: Snapshot) -> None:
+        """Paint ``snap`` next, instead of any snapshot not yet taken; returns at once."""
+        with self._cond:
+            self._pending = snap
+            self._cond.notify()
+
+    def start(self) -> None:
+        """Run the loop on a worker thread until :meth:`stop`."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="painted-skin-viewport",
+                                            daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=15)
+        self._thread = None
+        self.painter.close()
+
+    # -- the worker's side ---------------------------------------------------------------
+
+    def _take(self, wait: bool) -> Snapshot | None:
+        with self._cond:
+            while wait and self._pending is None and not self._stop:
+                self._cond.wait()
+            snap, self._pending = self._pending, None
+            self.busy = snap is not None
+            return None if self._stop else snap
+
+    def step(self, wait: bool = False) -> Painted | None:
+        """Paint the pending snapshot on this thread (None: nothing pending). A failure
+        is kept in :attr:`error` (shown in the viewport) and the loop goes on."""
+        snap = self._take(wait)
+        if snap is None:
+            return None
+        try:
+            w, h = snap.size
+            arrays = fast_frame(self.geometry, snap.geometry, None, None, self.want)
+            passes = wire_arrays(arrays, None, w, h)
+            passes = {k: v for k, v in passes.items() if k in self.want or k not in WIRE_PASSES}
+            rgb = self.painter.paint(snap.frame, passes, self.settings, w, h, self.options)
+        except Exception as e:  # shown in the viewport, never raised into a redraw
+            self.error = f"{type(e).__name__}: {e}" if not str(e) else str(e)
+            self.busy = False
+            if self.on_ready is not None:
+                self.on_ready()
+            return None
+        done = Painted(snap.serial, rgb, np.asarray(passes["mask"]) > 0,
+                       time.monotonic() - snap.taken, snap.full)
+        self.latest, self.error, self.busy = done, None, False
+        if self.on_ready is not None:
+            self.on_ready()
+        return done
+
+    def _run(self) -> None:
+        while not self._stop:
+            self.step(wait=True)
