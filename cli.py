@@ -24,6 +24,7 @@ from .cli_commands import (  # noqa: F401
     _parse_size,
     cmd_demo,
     cmd_passes,
+    cmd_render,
     cmd_restyle,
     cmd_retarget,
     cmd_train_skin,
@@ -150,6 +151,26 @@ def build_parser() -> argparse.ArgumentParser:
                     help="seconds of silence before giving up on the backend (a model "
                          "loading answers heartbeats: it is waited for)")
     rs.set_defaults(func=cmd_restyle)
+
+    rn = sub.add_parser("render", help="render a shot with the Painted Skin render engine "
+                                       "(Blender's own render pipeline, in the bpy module)")
+    rn.add_argument("shot", help="SHOT.blend (a character with an action, and a camera)")
+    rn.add_argument("--out", required=True,
+                    help="output folder (frames named ####, re-running resumes), or a "
+                         "Blender output path such as //render/shot_#### (// = the shot's "
+                         "folder); the file format is the shot's (Output Properties)")
+    rn.add_argument("--frames", help=FRAMES_HELP)
+    rn.add_argument("--size", help="WIDTHxHEIGHT (default: the shot's resolution)")
+    rn.add_argument("--model", help="skin-model registry name (default: the shot's Render "
+                                    "Properties ▸ Painted Skin, else the Skin Model panel's)")
+    rn.add_argument("--camera", help="camera object, or 'auto' (see passes --camera)")
+    rn.add_argument("--url", help="backend address (default: the shot's, else "
+                                  "tcp://127.0.0.1:5555)")
+    rn.add_argument("--keys", help="CurveZMQ keys folder, for a backend on another machine")
+    rn.add_argument("--start-backend", metavar="PYTHON",
+                    help="start a local backend with this Python (painted-skin[backend]) "
+                         "for the run, and stop it after")
+    rn.set_defaults(func=cmd_render)
 
     t = sub.add_parser("train-skin", help="learn a character's skin model from its own "
                                           "renders (self-reconstruction)")

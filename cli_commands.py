@@ -376,6 +376,98 @@ def cmd_restyle(args: argparse.Namespace) -> int:
     return 130 if stop["asked"] else 0
 
 
+def cmd_render(args: argparse.Namespace) -> int:
+    """``render``: the shot's frames through Blender's render pipeline and the Painted
+    Skin engine (see :mod:`.addon.blender.engine.headless`)."""
+    import signal
+
+    from .addon.blender.client.backend_client import BackendError, BackendUnavailable, check_url
+    from .addon.blender.engine import headless
+    from .addon.blender.engine.frame_painter import NoBackend
+    from .addon.blender.restyle.loop import start_local_backend, stop_local_backend
+    from .addon.core.files.frame_patterns import blend_relative, split_output_path
+
+    if args.url is not None:
+        check_url(args.url, args.keys)
+    _check_shot(args)
+    size = _parse_size(args.size) if args.size is not None else None
+    args.out = blend_relative(args.out, args.shot)
+    folder, _ = split_output_path(args.out, "", "--out")  # a bad # run is one line here
+    check_distinct({"--out": folder}, {"shot": args.shot, "--keys": args.keys})
+    try:
+        headless.ensure_registered()
+    except headless.RenderFailed as e:
+        raise BadInput(str(e)) from None
+    with removed_if_left_empty(folder):
+        check_writable(folder, "--out folder")
+        scene, frames = _open_shot(args)
+        _engine_settings(scene, args, size)
+    replaced = headless.use_standard_view(scene)  # for this run; the shot is not saved
+    if replaced:
+        print(f"render: View Transform {replaced} -> Standard for this run (the painting "
+              "is display-ready; Render Properties > Painted Skin > Use Standard View keeps "
+              "F12 the same)")
+    stop = {"asked": False}
+
+    def on_int(*_: object) -> None:  # Ctrl-C / a farm's stop: the frame in hand is dropped
+        stop["asked"] = True
+
+    bar = _frame_bar(len(frames))
+
+    def progress(done: int, total: int, frame: int, path: Path | None) -> None:
+        if bar:
+            bar(done, total, frame)
+        if path is not None:
+            print(f"Saved: '{path}'", flush=True)
+
+    old = signal.signal(signal.SIGINT, on_int)
+    try:
+        if args.start_backend:
+            start_local_backend(args.start_backend, scene.painted_skin_engine.url,
+                                timeout_s=120.0)
+        summary = headless.render_frames(scene, list(frames), args.out, progress=progress,
+                                         cancelled=lambda: stop["asked"])
+    except headless.RenderFailed as e:
+        cause = e.cause
+        if isinstance(cause, (BackendUnavailable, NoBackend)):
+            url = scene.painted_skin_engine.url
+            why = f"no backend answers at {url}" if isinstance(cause, NoBackend) else str(e)
+            print(f"painted-skin: error: {why} (start one: painted-skin serve --bind {url}; "
+                  "or pass --start-backend PYTHON)", file=sys.stderr)
+            return 1
+        if isinstance(cause, BackendError) and cause.code != "bad_message":
+            print(f"painted-skin: error: {e}", file=sys.stderr)
+            return 1
+        raise BadInput(str(e)) from None
+    finally:
+        signal.signal(signal.SIGINT, old)
+        if args.start_backend:
+            stop_local_backend()
+    done = summary["skipped"] + summary["written"]
+    print(f"render: {done}/{summary['frames']} frames done ({summary['written']} written "
+          f"now) in {summary['folder']}")
+    return 130 if stop["asked"] else 0
+
+
+def _engine_settings(scene, args: argparse.Namespace, size: tuple[int, int] | None) -> None:
+    """The command line over the shot's Render Properties ▸ Painted Skin (not saved)."""
+    s = scene.painted_skin_engine
+    if args.url is not None:
+        s.url = args.url
+    if not s.url.strip():
+        from .wire.endpoints import DEFAULT_URL
+
+        s.url = DEFAULT_URL
+    if args.model is not None:
+        s.model = args.model
+    s.start_local = False  # a backend is started by --start-backend, or runs already
+    if size is not None:
+        scene.render.resolution_x, scene.render.resolution_y = size
+        scene.render.resolution_percentage = 100
+    if args.keys is not None:
+        s.keys = str(Path(args.keys).absolute())
+
+
 def cli_ref_weights(given: Sequence[str] | None, n_refs: int) -> list[float] | None:
     """``--ref-weight W`` (repeatable, in ``--ref`` order) as ``ref_weights``; None when
     none is given. Raises :class:`RefWeightsError` for a count that differs from the

@@ -59,12 +59,16 @@ class PS_RenderEngine(bpy.types.RenderEngine):
             self.add_pass(name, channels, chan_id)
         self.update_stats("", f"Painted Skin: painting frame {scene.frame_current}")
         try:
-            painted = RENDERS.frame(depsgraph, self._frame_set, continues=self.is_animation,
-                                    cancelled=self.test_break)
+            painted = RENDERS.frame(depsgraph, self._frame_set,
+                                    continues=self.is_animation or RENDERS.chained,
+                                    cancelled=self._cancelled)
         except (ShotError, BackendError, OSError) as e:
+            if self._cancelled():
+                return  # Esc / Ctrl-C: Blender writes nothing, and says it was cancelled
+            RENDERS.last_error = e
             self._failed(width, height, str(e))
             return
-        if self.test_break():
+        if self._cancelled():
             return
         result = self.begin_result(0, 0, width, height)
         layer = result.layers[0]
@@ -78,6 +82,9 @@ class PS_RenderEngine(bpy.types.RenderEngine):
             if p is not None:
                 p.rect.foreach_set(rect.ravel())
         self.end_result(result)
+
+    def _cancelled(self) -> bool:
+        return bool(self.test_break()) or RENDERS.stopped()
 
     def _frame_set(self, frame: int) -> None:
         self.frame_set(int(frame), 0.0)

@@ -19,6 +19,7 @@ import bpy
 import numpy as np
 
 from ..client.backend_client import BackendClient, BackendError, BackendUnavailable
+from ..client.errors import E_UNAVAILABLE
 from ..client.local_backend import (
     LOCAL,
     backend_python,
@@ -31,6 +32,18 @@ from ..restyle.loop import pipeline_options, shot_frames, wire_passes
 from .settings import PaintSettings
 
 LOCAL_START_TIMEOUT_S = 120.0
+
+
+class NoBackend(BackendError):
+    """Nothing answers at the URL and no backend may be started here."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(E_UNAVAILABLE, message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
 _START_LOCK = threading.Lock()  # one local backend, whichever painter asks first
 
 
@@ -47,7 +60,7 @@ def ensure_backend(settings: PaintSettings, python: str | None = None) -> None:
         except BackendUnavailable:
             pass
         if not (settings.start_local and settings.local):
-            raise ShotError(f"no backend answers at {settings.url}: start one there "
+            raise NoBackend(f"no backend answers at {settings.url}: start one there "
                             "(painted-skin serve), or use a loopback URL with Start Local "
                             "Backend on (Render Properties ▸ Painted Skin)")
         if python is None:

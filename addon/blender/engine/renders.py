@@ -9,7 +9,8 @@ opening a file forgets it (:func:`forget_geometry`)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import bpy
@@ -49,6 +50,24 @@ class Renders:
         self.painter = FramePainter()
         self._geometry: tuple[tuple, ShotGeometry] | None = None
         self.lock = threading.Lock()
+        self.chained = False  # stills rendered in order continue each other
+        self.stop: Callable[[], bool] | None = None  # a headless run's Ctrl-C
+        self.last_error: BaseException | None = None  # why the last frame failed
+
+    @contextmanager
+    def chain(self, stop: Callable[[], bool] | None = None) -> Iterator[None]:
+        """Frames rendered one by one inside continue each other as an animation
+        render's do (``painted-skin render``); ``stop``: asked between and within
+        frames."""
+        self.new_job()
+        self.chained, self.stop = True, stop
+        try:
+            yield
+        finally:
+            self.chained, self.stop = False, None
+
+    def stopped(self) -> bool:
+        return self.stop is not None and self.stop()
 
     def geometry(self, scene: bpy.types.Scene, width: int, height: int,
                  depsgraph: bpy.types.Depsgraph, set_frame: Callable[[int], None]
@@ -69,6 +88,8 @@ class Renders:
         """A render job begins (``render_init``): its first frame starts a fresh temporal
         chain, as a restyled shot's first frame does (the backend session and its
         previous frame are dropped)."""
+        if self.chained:
+            return  # one chain across the headless run's renders
         with self.lock:
             self.painter.close()
 

@@ -25,6 +25,9 @@ class PS_EngineSettings(bpy.types.PropertyGroup):
     url: StringProperty(name="Backend URL", default="",
                         description="Backend address (empty: the Restyle panel's, else the "
                                     "add-on preferences')")
+    keys: StringProperty(name="Keys Folder", default="", subtype="DIR_PATH",
+                         description="CurveZMQ keys folder for a backend on another machine "
+                                     "(empty: the add-on preferences')")
     start_local: BoolProperty(name="Start Local Backend", default=True,
                               description="When nothing answers at a loopback address, start "
                                           "a backend on this machine (the add-on "
@@ -97,7 +100,8 @@ def paint_settings(scene: bpy.types.Scene, *, animation: bool = True) -> PaintSe
     prefs = preferences(bpy.context)
     url = (s.url.strip() or (restyle.url.strip() if restyle is not None else "")
            or (prefs.url if prefs is not None else "") or DEFAULT_URL)
-    keys = bpy.path.abspath(prefs.keys_dir) if prefs is not None and prefs.keys_dir else None
+    keys_dir = s.keys.strip() or (prefs.keys_dir if prefs is not None else "")
+    keys = bpy.path.abspath(keys_dir) if keys_dir else None
     options = {"model": _model(scene, s), "temporal": bool(s.temporal and animation),
                "stabilize": round(float(s.stabilize), 4)}
     return PaintSettings(url=url, options=options, start_local=s.start_local, keys=keys)
