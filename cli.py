@@ -51,6 +51,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from .bench.skin import main as bench_skin
 
         return bench_skin(model=args.model, frames=args.frames, size=args.size)
+    if args.what == "viewport":
+        from .bench.viewport import main as bench_viewport
+
+        return bench_viewport(steps=args.frames)
     if args.what == "transport":
         from .bench.transport import main as bench_transport
 
@@ -215,9 +219,11 @@ def build_parser() -> argparse.ArgumentParser:
         sc.set_defaults(func=_score_checked(run_score))
 
     b = sub.add_parser("bench", help="speed benchmarks (ratio against a baseline in one run)")
-    b.add_argument("what", choices=("retarget", "passes", "transport", "diffusion", "skin"))
+    b.add_argument("what", choices=("retarget", "passes", "transport", "diffusion", "skin",
+                                    "viewport"))
     b.add_argument("--frames", type=int,
-                   help="frames (retarget: 2400, passes: 24, transport: 48, skin: 48)")
+                   help="frames (retarget: 2400, passes: 24, transport: 48, skin: 48, "
+                        "viewport: 48 view changes a size)")
     b.add_argument("--model", help="skin: model folder (default rigs/skin_models/demo)")
     b.add_argument("--size", type=int,
                    help="skin: frame size (default: the model's training size)")

@@ -171,8 +171,27 @@ class SkinModel:
         (:func:`features.warp_previous_output`), or None for a shot's first frame; a
         temporal model takes it as input, and the painted frame is blended with it by
         :func:`stabilize.stabilize` (``stabilize_strength`` 0: not blended).
-        ``seed``: the diffusion head's starting noise."""
+        ``seed``: the diffusion head's starting noise. The network runs on the
+        character's box (:func:`character_box`); the film around it is black."""
         self.check_passes(passes)
+        mask = np.asarray(passes["mask"]) > 0
+        box = character_box(mask, self.multiple)
+        if box is None:  # nothing of the character in view: the film's black
+            return np.zeros(mask.shape + (3,), np.uint8)
+        if box == (0, mask.shape[0], 0, mask.shape[1]):
+            return self._paint(passes, previous, seed, stabilize_strength)
+        y0, y1, x0, x1 = box
+        out = np.zeros(mask.shape + (3,), np.uint8)
+        out[y0:y1, x0:x1] = self._paint(
+            _cropped(passes, box, mask.shape),
+            None if previous is None else _cropped(previous, box, mask.shape),
+            seed, stabilize_strength)
+        return out
+
+    def _paint(self, passes: dict[str, np.ndarray],
+               previous: tuple[np.ndarray, np.ndarray] | None, seed: int,
+               stabilize_strength: float) -> np.ndarray:
+        """The network over the whole of ``passes`` (see :meth:`render`)."""
         x = features.frame_features(passes, self.layout, self.bounds,
                                     previous if self.temporal else None)[None]
         if self.config["head"] == "diffusion":
@@ -195,6 +214,48 @@ class SkinModel:
     def report(self) -> dict[str, Any]:
         p = self.folder / REPORT
         return json.loads(p.read_text()) if p.is_file() else {}
+
+
+#: Pixels kept around the character when the network runs on its box only. Measured on
+#: the demo model and shot: the character's pixels within 2/255 of the network over the
+#: whole frame (≥ 56 dB at 128², ≥ 63 dB at 256²; 8 to 32 px margins alike), the network
+#: on 29% of a 128² frame, a third of the time.
+CROP_MARGIN = 8
+
+
+def character_box(mask: np.ndarray, multiple: int = 1, margin: int = CROP_MARGIN
+                  ) -> tuple[int, int, int, int] | None:
+    """The rows and columns ``(y0, y1, x0, x1)`` the network paints: the mask's bounding
+    box grown by ``margin`` and to sides that are multiples of ``multiple`` (the
+    network's), inside the frame; None when the mask is empty."""
+    rows, cols = np.flatnonzero(mask.any(axis=1)), np.flatnonzero(mask.any(axis=0))
+    if rows.size == 0:
+        return None
+    h, w = mask.shape
+
+    def side(lo: int, hi: int, n: int) -> tuple[int, int]:
+        lo, hi = max(0, lo - margin), min(n, hi + 1 + margin)
+        length = min(n, -(-(hi - lo) // multiple) * multiple)
+        lo = max(0, min(lo, n - length))
+        return lo, lo + length
+
+    return (*side(int(rows[0]), int(rows[-1]), h), *side(int(cols[0]), int(cols[-1]), w))
+
+
+def _cropped(arrays, box: tuple[int, int, int, int], shape: tuple[int, int]):
+    """``arrays`` (a dict of passes, or a tuple) cut to ``box`` where they are images
+    of the frame's ``shape``; other values as they are."""
+    y0, y1, x0, x1 = box
+
+    def cut(v):
+        a = np.asarray(v) if isinstance(v, np.ndarray) else v
+        if isinstance(a, np.ndarray) and a.ndim >= 2 and a.shape[:2] == shape:
+            return a[y0:y1, x0:x1]
+        return v
+
+    if isinstance(arrays, dict):
+        return {k: cut(v) for k, v in arrays.items()}
+    return tuple(cut(v) for v in arrays)
 
 
 def load_model(folder: str | os.PathLike, fingerprint: dict[str, Any] | None = None,

@@ -65,3 +65,46 @@ def test_skin_pipeline_paints_the_shot_exactly_as_the_model(bpy_clean, shot, ski
                                                 size=size, pipeline="skin",
                                                 options={"character": other}))
     assert not list((tmp_path / "other").glob("restyled/*.png"))
+
+
+def test_the_network_paints_the_characters_box_as_it_paints_the_whole_frame(
+        bpy_clean, shot, model_dir):
+    """The model runs on the character's box (a third of the time at the demo's
+    framing): its pixels match the network over the whole frame (≤ 2/255, ≥ 50 dB), a previous
+    frame is cut with the passes, and a frame without the character is the film's black."""
+    from painted_skin.addon.blender.restyle.loop import shot_frames, wire_passes
+    from painted_skin.backend.skin import features
+    from painted_skin.backend.skin.runtime import character_box, load_model
+
+    bpy_clean.ops.wm.open_mainfile(filepath=str(shot))
+    scene = bpy_clean.context.scene
+    (_, a), (_, b) = shot_frames(scene, [3, 4], 128, 128, passes=wire_passes("skin"))
+    model = load_model(model_dir)
+    on = b["mask"] > 0
+    box = character_box(on, model.multiple)
+    assert box is not None and (box[1] - box[0]) * (box[3] - box[2]) < 0.8 * on.size
+    assert all(v % model.multiple == 0 for v in (box[1] - box[0], box[3] - box[2]))
+    whole = model._paint(b, None, 0, 0.8)
+    cut = model.render(b)
+    _close(cut[on], whole[on])
+    assert not cut[~_box_mask(box, on.shape)].any()  # the film around the box is black
+    if model.temporal:
+        prev = features.warp_previous_output(model.render(a), b["motion"], b["depth"],
+                                             a["depth"])
+        whole = model._paint(b, prev, 0, 0.8)
+        cut = model.render(b, prev)
+        _close(cut[on], whole[on])
+    empty = {k: (np.zeros_like(v) if k == "mask" else v) for k, v in b.items()}
+    assert not model.render(empty).any()
+
+
+def _close(cut: np.ndarray, whole: np.ndarray) -> None:
+    d = cut.astype(float) - whole.astype(float)
+    assert np.abs(d).max() <= 2
+    assert 10 * np.log10(255 ** 2 / max(np.mean(d ** 2), 1e-12)) >= 50
+
+
+def _box_mask(box, shape):
+    m = np.zeros(shape, bool)
+    m[box[0]:box[1], box[2]:box[3]] = True
+    return m
