@@ -26,6 +26,9 @@ POLL_S = 0.03  # how often the timer looks for a finished frame
 STILL_S = 0.3  # a view unchanged this long is painted again at the region's full size
 RETRY_S = 1.0  # a job that failed to build is tried again after this, on a change
 
+#: The Rendered viewports now open (what a window check inspects).
+VIEWS: list[ViewportDraw] = []
+
 
 class ViewportDraw:
     """One Rendered viewport's state, owned by its :class:`PS_RenderEngine`."""
@@ -47,6 +50,9 @@ class ViewportDraw:
         self.texture_serial = -1
         self.timer_on = False
         self.alive = True
+        self.draw_s: list[float] = []  # how long each view_draw held the UI (the last 256)
+        self.parts_s: list[tuple[float, float]] = []  # of which: the snapshot, the drawing
+        VIEWS.append(self)
 
     # -- Blender's callbacks --------------------------------------------------------------
 
@@ -61,13 +67,24 @@ class ViewportDraw:
 
     def draw(self, context, depsgraph) -> None:
         """``view_draw``: submit the view when it changed, draw what is finished."""
+        t0 = time.perf_counter()
+        try:
+            self._draw(context, depsgraph)
+        finally:
+            self.draw_s = self.draw_s[-255:] + [time.perf_counter() - t0]
+
+    def _draw(self, context, depsgraph) -> None:
         region, rv3d = context.region, context.region_data
         scene = depsgraph.scene
         self.scene_name = scene.name
         job = self.job
         if job is not None:
+            t0 = time.perf_counter()
             self._submit(job, region, rv3d, scene, depsgraph)
+            t1 = time.perf_counter()
             self._draw_latest(job, region, scene)
+            self.parts_s.append((t1 - t0, time.perf_counter() - t1))
+            del self.parts_s[:-256]
         text = self.message if job is None else job.error
         if text:
             _draw_text(region, text)
@@ -75,6 +92,8 @@ class ViewportDraw:
 
     def free(self) -> None:
         self.alive = False
+        if self in VIEWS:
+            VIEWS.remove(self)
         if self.job is not None:
             self.job.stop()
             self.job = None
@@ -121,7 +140,10 @@ class ViewportDraw:
         if self.texture_serial != done.serial:
             h, w = done.rgb.shape[:2]
             rgba = render_result.combined(done.rgb, done.mask, transparent=True)
-            buf = gpu.types.Buffer("FLOAT", w * h * 4, rgba.ravel())
+            buf = gpu.types.Buffer("FLOAT", w * h * 4)
+            # Filled through the buffer protocol: one copy, where a sequence is read
+            # value by value (a full-size frame is millions of values).
+            np.frombuffer(buf, np.float32)[:] = rgba.ravel()
             self.texture = gpu.types.GPUTexture((w, h), format="RGBA16F", data=buf)
             self.texture_serial = done.serial
         gpu.state.blend_set("ALPHA_PREMULT")

@@ -56,10 +56,18 @@ class Painted:
     full: bool
 
 
+#: The painted sides are multiples of this (a skin network halves the frame a few times:
+#: the demo model needs 4, deeper ones up to 16); the frame is drawn stretched over the
+#: region, whose view the camera of that size shows whole.
+SIDE_MULTIPLE = 16
+
+
 def view_size(region_width: int, region_height: int, scale: float) -> tuple[int, int]:
-    """The painted size for a region at ``scale``: even sides, at least 16 px."""
-    return (max(16, int(region_width * scale) // 2 * 2),
-            max(16, int(region_height * scale) // 2 * 2))
+    """The painted size for a region at ``scale``: sides multiples of
+    :data:`SIDE_MULTIPLE`, at least that."""
+    m = SIDE_MULTIPLE
+    return (max(m, int(region_width * scale) // m * m),
+            max(m, int(region_height * scale) // m * m))
 
 
 class ViewportJob:

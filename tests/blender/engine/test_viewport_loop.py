@@ -129,3 +129,16 @@ def test_a_missing_backend_is_a_message_for_the_view(bpy_clean, shot):
         assert job.latest is None and not job.busy
     finally:
         job.stop()
+
+
+@pytest.mark.parametrize("region, scale", [((1310, 878), 1.0), ((1310, 878), 0.25),
+                                           ((40, 30), 0.05), ((292, 1000), 0.33)])
+def test_the_painted_size_suits_every_skin_network(region, scale):
+    """A region of any size paints at sides the networks take (multiples of 16; a
+    1310x878 region once asked the backend for a size it refused)."""
+    from painted_skin.addon.blender.engine.viewport import SIDE_MULTIPLE, view_size
+
+    w, h = view_size(*region, scale)
+    assert w % SIDE_MULTIPLE == 0 and h % SIDE_MULTIPLE == 0
+    assert SIDE_MULTIPLE <= w <= max(SIDE_MULTIPLE, region[0] * scale)
+    assert SIDE_MULTIPLE <= h <= max(SIDE_MULTIPLE, region[1] * scale)
