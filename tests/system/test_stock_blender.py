@@ -146,6 +146,19 @@ out["check"] = sorted(bpy.ops.painted_skin.backend_check())
 out["start"] = sorted(bpy.ops.painted_skin.backend_start(timeout=60))
 out["restyle"] = sorted(bpy.ops.painted_skin.restyle())
 out["restyled"] = sorted(f.name for f in (work / "restyle" / "restyled").glob("*.png"))
+# F12 with the Painted Skin render engine, through the same backend (its skin pipeline
+# paints the demo character with the embedded model; the startup file's cube goes).
+for ob in [o for o in scene.objects if o.type == "MESH" and o.find_armature() is None]:
+    bpy.data.objects.remove(ob)
+scene.render.engine = "PAINTED_SKIN"
+scene.render.resolution_x = scene.render.resolution_y = 64
+scene.render.resolution_percentage = 100
+scene.render.filepath = str(work / "f12.png")
+try:
+    out["f12"] = sorted(bpy.ops.render.render(write_still=True))
+except RuntimeError as e:
+    out["f12"] = str(e)
+out["f12_file"] = (work / "f12.png").is_file()
 out["stop"] = sorted(bpy.ops.painted_skin.backend_stop())
 repos = list(bpy.context.preferences.extensions.repos)
 index = next(i for i, r in enumerate(repos) if r.module == "user_default")
@@ -196,6 +209,7 @@ def test_zip_installs_and_runs_end_to_end_in_a_bpy_only_python(linux_zip, tmp_pa
     assert out["check"] == ["FINISHED"]
     assert out["start"] == ["FINISHED"] and out["restyle"] == ["FINISHED"]
     assert out["restyled"] == ["0001.png", "0002.png"]
+    assert out["f12"] == ["FINISHED"] and out["f12_file"], out["f12"]  # the render engine
     assert out["stop"] == out["uninstall"] == ["FINISHED"]
 
 
