@@ -1,4 +1,5 @@
-"""The shot options both ends of the wire read alike: ``cross_frame`` and ``ref_weights``.
+"""The shot options both ends of the wire read alike: ``cross_frame`` and ``ref_weights``,
+and the frame sizes each built-in pipeline takes (``SIZE_MULTIPLES``).
 
 The add-on decides from it whether a shot is chained (painted in order, resumed at
 its first frame); the backend's OPEN check, its pipelines and its result-cache rule
@@ -25,6 +26,11 @@ import math
 from typing import Any
 
 from .limits import MAX_ARRAYS
+
+#: The frame sides each built-in pipeline takes are multiples of this: the backend's OPEN
+#: refuses other sizes; the render engine pads a frame of any size up to them and crops
+#: the painting back.
+SIZE_MULTIPLES: dict[str, int] = {"skin": 4, "sd15-controlnet": 8, "sdxl-controlnet": 8}
 
 # The values that mean "off"; compared with ``in`` (so ``0`` is off, as ``0 == False``).
 CROSS_FRAME_OFF: tuple[Any, ...] = (None, False, "", "off", "none")

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ...wire.options import SIZE_MULTIPLES
 from ..diffusion.options import LOAD_KEYS, XL_LOAD_KEYS, option_problems
 from .base import files_identity
 
@@ -196,10 +197,12 @@ def entries() -> list[dict[str, Any]]:
         return []
     common = {"engine": "torch", "tiny_seed": 0, "tiny_controlnets": 3}
     return [dict(name="sd15-controlnet", factory=sd15_controlnet, load_keys=LOAD_KEYS,
-                 size_multiple=8, check=check, load_defaults={**common, "model": "sd15"},
+                 size_multiple=SIZE_MULTIPLES["sd15-controlnet"], check=check,
+                 load_defaults={**common, "model": "sd15"},
                  models=model_names),
             dict(name="sdxl-controlnet", factory=sdxl_controlnet, load_keys=XL_LOAD_KEYS,
-                 size_multiple=8, check=_check_xl, load_defaults={**common, "model": "sdxl"},
+                 size_multiple=SIZE_MULTIPLES["sdxl-controlnet"], check=_check_xl,
+                 load_defaults={**common, "model": "sdxl"},
                  models=model_names)]
 
 

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from ...wire.options import SIZE_MULTIPLES
 from .base import Entry, Factory, Pipeline
 
 log = logging.getLogger("painted_skin.backend.pipelines")
@@ -83,7 +84,8 @@ def register_builtin() -> list[str]:
         from .skin import model_names as skin_models
         from .skin import skin_factory
 
-        register("skin", skin_factory, load_keys=SKIN_KEYS, size_multiple=4,
+        register("skin", skin_factory, load_keys=SKIN_KEYS,
+                 size_multiple=SIZE_MULTIPLES["skin"],
                  check=skin_check, load_defaults=SKIN_DEFAULTS, models=skin_models)
     if _have("diffusion.components"):
         from .diffusion import entries

@@ -96,6 +96,7 @@ class LocalBackend:
         self.python: str | None = None
         self.command: list[str] | None = None
         self.registry: Path | None = None
+        self.models: dict[str, str] | None = None
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -112,13 +113,15 @@ class LocalBackend:
         self.registry = path
         return path
 
-    def env(self, python: str | None = None) -> dict[str, str]:
+    def env(self, python: str | None = None, models: dict[str, str] | None = None
+            ) -> dict[str, str]:
         """The child's environment: inside an extension (bl_ext.<repo>.painted_skin) its
         folder is named painted_skin, so its parent on PYTHONPATH makes `-m painted_skin`
         import these very files, unless ``python`` has a painted_skin installed (the
-        editable install needs nothing)."""
+        editable install needs nothing). ``models``: the scene's skin models to serve
+        (None: read from the scene now, which only Blender's main thread may do)."""
         env = dict(os.environ)
-        models = _scene_models()
+        models = _scene_models() if models is None else models
         if models:  # the registry the backend serves: its own plus this scene's model
             env[REGISTRY_ENV] = str(self.registry_with(models))
         root = Path(__file__).resolve().parents[3]
@@ -129,8 +132,8 @@ class LocalBackend:
                                                              str(root.parent)) if p)
         return env
 
-    def launch(self, python: str, url: str, command: list[str] | None = None
-               ) -> subprocess.Popen:
+    def launch(self, python: str, url: str, command: list[str] | None = None,
+               models: dict[str, str] | None = None) -> subprocess.Popen:
         """Start ``<python> -m painted_skin.backend serve --bind URL`` (the
         handler behind ``painted-skin serve``, without the rest of the CLI) and return
         at once; its output goes to a log file named in error messages."""
@@ -146,18 +149,21 @@ class LocalBackend:
         log = Path(tempfile.gettempdir()) / f"painted-skin-backend-{tail}.log"
         with open(log, "ab") as fh:
             proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT,
-                                    env=self.env(None if command else python),
+                                    env=self.env(None if command else python, models),
                                     stdin=subprocess.DEVNULL)
         self.proc, self.url, self.log, self.python, self.command = proc, url, log, python, \
             command
+        self.models = models
         return proc
 
     def start(self, python: str, url: str = DEFAULT_URL, timeout_s: float = 60.0,
-              command: list[str] | None = None) -> dict:
+              command: list[str] | None = None, models: dict[str, str] | None = None
+              ) -> dict:
         """Launch the backend and wait until it answers PING; returns the PONG.
-        Raises BackendError saying why (exited early, with its log; or no answer)."""
+        Raises BackendError saying why (exited early, with its log; or no answer).
+        ``models``: as :meth:`env` (given, this may run off the main thread)."""
         self.stop()
-        proc = self.launch(python, url, command)
+        proc = self.launch(python, url, command, models)
         deadline = time.monotonic() + timeout_s
         with BackendClient(url, timeout_s=1.0) as c:
             while True:
@@ -187,7 +193,7 @@ class LocalBackend:
         """``on_dead`` hook: relaunch the backend we started if it has exited (the
         client's reconnection then finds it); other backends are left alone."""
         if self.proc is not None and self.proc.poll() is not None:
-            self.launch(self.python, self.url, self.command)
+            self.launch(self.python, self.url, self.command, self.models)
 
     def stop(self) -> None:
         """Stop the child (terminate, then kill after 5 s) and remove its registry file."""
@@ -220,9 +226,10 @@ def launch_local_backend(python: str, url: str, command: list[str] | None = None
 
 
 def start_local_backend(python: str, url: str = DEFAULT_URL, timeout_s: float = 60.0,
-                        command: list[str] | None = None) -> dict:
+                        command: list[str] | None = None,
+                        models: dict[str, str] | None = None) -> dict:
     """:meth:`LocalBackend.start` of :data:`LOCAL`."""
-    return LOCAL.start(python, url, timeout_s, command)
+    return LOCAL.start(python, url, timeout_s, command, models)
 
 
 def restart_local_if_dead() -> None:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 import bpy
 import numpy as np
 
+from ....wire.options import SIZE_MULTIPLES
 from ..client.backend_client import BackendClient, BackendError, BackendUnavailable
 from ..client.errors import E_UNAVAILABLE
 from ..client.local_backend import (
@@ -47,9 +48,12 @@ class NoBackend(BackendError):
 _START_LOCK = threading.Lock()  # one local backend, whichever painter asks first
 
 
-def ensure_backend(settings: PaintSettings, python: str | None = None) -> None:
+def ensure_backend(settings: PaintSettings, python: str | None = None,
+                   models: dict[str, str] | None = None) -> None:
     """A backend answers at ``settings.url``, or one is started here when the URL is this
-    machine's and the settings allow it. Raises :class:`ShotError` naming the fix."""
+    machine's and the settings allow it (its Python and the scene's models: ``python``
+    and ``models``, else read from Blender now). Raises :class:`NoBackend` or
+    :class:`ShotError` naming the fix."""
     with _START_LOCK:
         if LOCAL.running() and LOCAL.url == settings.url:
             return
@@ -67,7 +71,8 @@ def ensure_backend(settings: PaintSettings, python: str | None = None) -> None:
             prefs = preferences(bpy.context)
             python = backend_python(prefs.python if prefs is not None else "")
         try:
-            start_local_backend(python, settings.url, timeout_s=LOCAL_START_TIMEOUT_S)
+            start_local_backend(python, settings.url, timeout_s=LOCAL_START_TIMEOUT_S,
+                                models=models)
         except BackendError as e:
             raise ShotError(f"the local backend did not start: {e}") from None
 
@@ -76,11 +81,12 @@ class FramePainter:
     """Passes and painting of single frames through one reusable backend session."""
 
     def __init__(self, timeout_s: float = 60.0, python: str | None = None,
-                 restart_dead: bool = True) -> None:
+                 restart_dead: bool = True, models: dict[str, str] | None = None) -> None:
         self.timeout_s = timeout_s
-        # The Python a local backend starts with (None: the preferences', read then);
-        # ``restart_dead``: relaunch the local backend when it dies (main thread only).
-        self.python, self.restart_dead = python, restart_dead
+        # The Python a local backend starts with and the scene's models it serves (None:
+        # read from Blender then, on its main thread); ``restart_dead``: relaunch the
+        # local backend when it dies (main thread only).
+        self.python, self.restart_dead, self.models = python, restart_dead, models
         self.client: BackendClient | None = None
         self._key: str | None = None
         self._last: tuple[int, np.ndarray, np.ndarray] | None = None  # frame, rgb, depth
@@ -94,7 +100,7 @@ class FramePainter:
         if self.client is not None and key == self._key:
             return self.client
         self.close()
-        ensure_backend(settings, self.python)
+        ensure_backend(settings, self.python, self.models)
         restart = restart_local_if_dead if settings.local and self.restart_dead else None
         client = BackendClient(settings.url, keys=settings.keys, timeout_s=self.timeout_s,
                                on_dead=restart)
@@ -130,8 +136,14 @@ class FramePainter:
     def paint(self, frame: int, arrays: dict[str, np.ndarray], settings: PaintSettings,
               width: int, height: int, options: dict,
               cancelled: Callable[[], bool] | None = None) -> np.ndarray:
-        """The painted RGB (uint8, top row first) of one frame's passes."""
-        client = self._session(settings, width, height, options)
+        """The painted RGB (uint8, top row first) of one frame's passes. A size the
+        pipeline does not take (1366x768 for the skin model's multiples of 4) is painted
+        padded with empty film at the right and bottom, and cropped back."""
+        m = SIZE_MULTIPLES.get(settings.pipeline, 1)
+        pw, ph = -(-width // m) * m, -(-height // m) * m
+        if (pw, ph) != (width, height):
+            arrays = padded_passes(arrays, height, width, ph, pw)
+        client = self._session(settings, pw, ph, options)
         got: dict[str, np.ndarray] = {}
 
         def carry_for(f: int) -> dict[str, np.ndarray] | None:
@@ -149,5 +161,22 @@ class FramePainter:
         if "rgb" not in got:
             raise ShotError(f"frame {frame} was not painted (cancelled)")
         rgb = np.ascontiguousarray(got["rgb"], np.uint8)
-        self._last = (frame, rgb, np.asarray(arrays["depth"], np.float32))
-        return rgb
+        self._last = (frame, rgb, np.asarray(arrays["depth"], np.float32))  # as sent
+        return np.ascontiguousarray(rgb[:height, :width])
+
+
+def padded_passes(arrays: dict[str, np.ndarray], height: int, width: int, to_height: int,
+                  to_width: int) -> dict[str, np.ndarray]:
+    """A frame's wire passes grown to ``to_height`` x ``to_width`` with empty film at the
+    right and bottom: depth +inf (nothing hit), every other pass 0 (no mask, no part)."""
+    out = {}
+    for name, a in arrays.items():
+        a = np.asarray(a)
+        if a.ndim < 2 or a.shape[:2] != (height, width):
+            out[name] = a
+            continue
+        grown = np.full((to_height, to_width) + a.shape[2:], np.inf if name == "depth" else 0,
+                        a.dtype)
+        grown[:height, :width] = a
+        out[name] = grown
+    return out

@@ -15,6 +15,7 @@ import bpy
 import numpy as np
 
 from ...core.passes.camera import camera_from_matrices
+from ..client.errors import BackendError
 from ..passes.geometry import ShotError, ShotGeometry
 from ..restyle.loop import pipeline_options
 from . import render_result
@@ -200,9 +201,10 @@ class ViewportDraw:
             self._stop_job()
             geometry = ShotGeometry(scene, 16, 16, need_camera=False)
             options = pipeline_options(scene, settings.pipeline, dict(settings.options))
-            self.job = ViewportJob(geometry, settings, options)
+            python, models = _local_backend_needs(settings)
+            self.job = ViewportJob(geometry, settings, options, python=python, models=models)
             self.job.start()
-        except (ShotError, ValueError) as e:
+        except (ShotError, ValueError, BackendError) as e:
             self._stop_job()
             self.message, self.failed_at = f"Painted Skin: {e}", now
             self.engine.tag_redraw()
@@ -215,6 +217,20 @@ class ViewportDraw:
             self.job.stop()
         self.job, self.key = None, None
         self.texture, self.texture_serial, self.drawn_serial = None, -1, -1
+
+
+def _local_backend_needs(settings) -> tuple[str | None, dict[str, str] | None]:
+    """What a local backend the worker starts needs from Blender, read here on the main
+    thread: its Python (the preferences') and the scene's skin models. (None, None) when
+    none may be started. Raises ``BackendError`` when no Backend Python is set."""
+    if not (settings.start_local and settings.local):
+        return None, None
+    from ..client.local_backend import backend_python
+    from ..preferences import preferences
+    from ..skin.ui import scene_models
+
+    prefs = preferences(bpy.context)
+    return backend_python(prefs.python if prefs is not None else ""), scene_models()
 
 
 def _draw_text(region, text: str) -> None:

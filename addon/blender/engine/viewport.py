@@ -76,12 +76,15 @@ class ViewportJob:
     then redraws on the main thread)."""
 
     def __init__(self, geometry: ShotGeometry, settings: PaintSettings, options: dict,
-                 python: str | None = None,
+                 python: str | None = None, models: dict[str, str] | None = None,
                  on_ready: Callable[[], None] | None = None) -> None:
         self.geometry = geometry
         geometry.surface_attributes()  # read here: the worker may not call Blender
         self.settings, self.options = settings, options
-        self.painter = FramePainter(timeout_s=10.0, python=python, restart_dead=False)
+        # The worker may not read Blender: a local backend it starts gets its Python and
+        # the scene's models from here (the main thread).
+        self.painter = FramePainter(timeout_s=10.0, python=python, restart_dead=False,
+                                    models=models if models is not None else {})
         self.on_ready = on_ready
         self.want = set(wire_passes(settings.pipeline)) - VIEW_SKIP
         self._pending: Snapshot | None = None

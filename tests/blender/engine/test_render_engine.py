@@ -127,3 +127,30 @@ def test_a_frame_that_cannot_be_painted_is_an_error_not_a_file(bpy_clean, regist
     with pytest.raises(RuntimeError, match="no backend answers"):
         bpy.ops.render.render(write_still=True)
     assert not out.exists()
+
+
+def test_f12_at_a_size_the_model_does_not_take_paints_it_padded(bpy_clean, registered, shot,
+                                                                  skin_backend, tmp_path):
+    """126x94 (not multiples of the skin model's 4): the frame is painted padded with empty
+    film and cropped back, the character as the model paints it."""
+    from painted_skin.addon.blender.engine.frame_painter import padded_passes
+    from painted_skin.addon.blender.passes.image_io import read_image
+    from painted_skin.addon.blender.restyle.loop import pipeline_options, shot_frames, wire_passes
+    from painted_skin.backend.skin import registry
+    from painted_skin.backend.skin.runtime import load_model
+
+    bpy = bpy_clean
+    still = tmp_path / "odd.png"
+    scene = _open(bpy, shot, skin_backend, 128, str(still))
+    scene.render.resolution_x, scene.render.resolution_y = 126, 94
+    scene.frame_set(3)
+    bpy.ops.render.render(write_still=True)
+    painted = read_image(still)[..., :3]
+    assert painted.shape == (94, 126, 3)
+    _, wire = next(shot_frames(scene, [3], 126, 94, passes=wire_passes("skin")))
+    fingerprint = pipeline_options(scene, "skin", {})["character"]
+    model = load_model(registry.resolve("demo"), fingerprint)
+    expect = model.render(padded_passes(wire, 94, 126, 96, 128))[:94, :126]
+    expect = np.where(wire["mask"][..., None] > 0, expect, 0)
+    assert np.abs(painted.astype(int) - expect.astype(int)).max() <= 1
+    assert painted[wire["mask"] > 0].std() > 5
