@@ -166,6 +166,12 @@ def check_engine_f12(ctx: Context, check: Check) -> Steps:
         return
     _, _, space = _view3d()
     space.shading.type = "SOLID"  # one painter at a time on this machine's two cores
+    views = ctx.addon.mod("engine.view").VIEWS
+    t0 = time.monotonic()
+    yield from wait_until(check, lambda: not views, lambda: f"{len(views)} Rendered view(s)",
+                          10, "the Rendered view to close")
+    check.details["rendered_view_closed_s"] = round(time.monotonic() - t0, 2)
+    check.expect(not views, "leaving Rendered mode left its painter running")
     scene.render.resolution_x = scene.render.resolution_y = 128
     scene.render.resolution_percentage = 100
     path = ctx.out / "engine_f12.png"

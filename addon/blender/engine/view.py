@@ -96,7 +96,7 @@ class ViewportDraw:
         if self in VIEWS:
             VIEWS.remove(self)
         if self.job is not None:
-            self.job.stop()
+            self.job.stop(wait=False)
             self.job = None
         self.texture = None
 
@@ -166,6 +166,9 @@ class ViewportDraw:
             self.timer_on = False
             return None
         try:
+            # Blender frees the engine when the view leaves Rendered mode: touching it
+            # then raises ReferenceError, and the painter stops with it.
+            _ = self.engine.is_preview
             if self.rebuild:
                 self._check_job()
             job = self.job
@@ -214,7 +217,7 @@ class ViewportDraw:
 
     def _stop_job(self) -> None:
         if self.job is not None:
-            self.job.stop()
+            self.job.stop(wait=False)
         self.job, self.key = None, None
         self.texture, self.texture_serial, self.drawn_serial = None, -1, -1
 

@@ -118,14 +118,18 @@ class ViewportJob:
                                             daemon=True)
             self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, wait: bool = True) -> None:
+        """End the loop. The worker closes its own backend session (a ZeroMQ socket
+        belongs to its thread); ``wait=False`` returns at once (leaving Rendered mode
+        never waits for a frame in flight)."""
         with self._cond:
             self._stop = True
             self._cond.notify()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=15)
-        self._thread = None
-        self.painter.close()
+        thread, self._thread = self._thread, None
+        if thread is None:
+            self.painter.close()
+        elif wait and thread is not threading.current_thread():
+            thread.join(timeout=15)
 
     # -- the worker's side ---------------------------------------------------------------
 
@@ -163,5 +167,8 @@ class ViewportJob:
         return done
 
     def _run(self) -> None:
-        while not self._stop:
-            self.step(wait=True)
+        try:
+            while not self._stop:
+                self.step(wait=True)
+        finally:
+            self.painter.close()
