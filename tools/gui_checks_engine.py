@@ -115,6 +115,12 @@ def check_engine_viewport(ctx: Context, check: Check) -> Steps:
     check.expect(first.mask.any() and first.rgb[first.mask].std() > 5,
                  "the painted frame shows no character")
     ctx.screens.take("engine_viewport")
+    for area in ui_context()["screen"].areas:  # Render Properties, as the user sees them
+        if area.type == "PROPERTIES":
+            area.spaces.active.context = "RENDER"
+            area.tag_redraw()
+    yield 0.5
+    ctx.screens.take("engine_render_properties")
     # Orbit the view a step a tick while the worker paints: redraws stay short.
     v.draw_s.clear()
     start = first.serial
@@ -187,5 +193,19 @@ def check_engine_f12(ctx: Context, check: Check) -> Steps:
         px = list(img.pixels[:])
         check.details["nonblack"] = sum(1 for k in range(0, len(px), 4) if px[k] > 0.02)
         check.expect(check.details["nonblack"] > 100, "the F12 frame is empty")
+    # F12 as a click gives it: the render runs as a job beside the UI (not on its thread).
+    scene.frame_set(scene.frame_current + 1)
+    with bpy.context.temp_override(**ui_context()):
+        check.details["invoke_returned"] = sorted(bpy.ops.render.render("INVOKE_DEFAULT"))
+    yield 0.2
+    yield from wait_until(check, lambda: not bpy.app.is_job_running("RENDER"),
+                          lambda: "rendering", 120, "the F12 render job")
+    invoked = ctx.out / "engine_f12_invoked.png"
+    bpy.data.images["Render Result"].save_render(filepath=str(invoked))
+    img = bpy.data.images.load(str(invoked))
+    px = list(img.pixels[:])
+    check.details["invoked_nonblack"] = sum(1 for k in range(0, len(px), 4) if px[k] > 0.02)
+    check.expect(check.details["invoked_nonblack"] > 100, "the invoked F12 painted nothing")
+    ctx.screens.take("engine_f12_window")
     call(bpy.ops.painted_skin.backend_stop)
     yield from settle(check, 0.3)

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import bpy
 
+from ....wire.endpoints import is_local_endpoint
 from ..classes import labelled, wrapped_label
 from .engine import ENGINE_ID
+from .settings import backend_url, default_model
 
 STANDARD = "Standard"
 
@@ -53,9 +55,19 @@ class PS_PT_engine(bpy.types.Panel):
     def draw(self, context):
         layout = self.layout
         layout.use_property_split = False
-        s = context.scene.painted_skin_engine
-        labelled(layout, s, "model", text="Skin Model (empty: the Skin Model panel's)")
-        labelled(layout, s, "url", text="Backend URL (empty: the Restyle panel's)")
+        scene = context.scene
+        s = scene.painted_skin_engine
+        labelled(layout, s, "model", text="Skin Model")
+        if not s.model.strip():  # what the empty field means, in this scene
+            model, why = default_model(scene)
+            text = (f"Empty: '{model}', the Skin Model panel's choice" if model
+                    else f"Empty, and {why}")
+            wrapped_label(layout, context, text, icon="NONE" if model else "ERROR")
+        labelled(layout, s, "url", text="Backend URL")
+        if not s.url.strip():
+            wrapped_label(layout, context, f"Empty: {backend_url(scene, s)}")
+        if not is_local_endpoint(backend_url(scene, s)):
+            labelled(layout, s, "keys", text="Keys Folder (CurveZMQ)")
         layout.prop(s, "start_local")
         col = layout.column(align=True)
         col.prop(s, "temporal")

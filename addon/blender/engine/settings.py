@@ -89,6 +89,24 @@ def _model(scene: bpy.types.Scene, s: PS_EngineSettings) -> str:
         raise ShotError(str(e)) from None
 
 
+def backend_url(scene: bpy.types.Scene, s: PS_EngineSettings) -> str:
+    """The URL the engine paints through: its own, else the Restyle panel's, else the
+    add-on preferences', else the default."""
+    restyle = getattr(scene, "painted_skin_restyle", None)
+    prefs = preferences(bpy.context)
+    return (s.url.strip() or (restyle.url.strip() if restyle is not None else "")
+            or (prefs.url if prefs is not None else "") or DEFAULT_URL)
+
+
+def default_model(scene: bpy.types.Scene) -> tuple[str | None, str | None]:
+    """(the model an empty Skin Model field paints with, or None; why there is none)."""
+    s = engine_settings(scene)
+    try:
+        return _model(scene, s) if s is not None else None, None
+    except ShotError as e:
+        return None, str(e)
+
+
 def paint_settings(scene: bpy.types.Scene, *, animation: bool = True) -> PaintSettings:
     """The scene's engine settings as a paint request. ``animation``: frames rendered in
     order continue each other (off: every frame painted fresh, as the viewport does).
@@ -96,10 +114,8 @@ def paint_settings(scene: bpy.types.Scene, *, animation: bool = True) -> PaintSe
     s = engine_settings(scene)
     if s is None:
         raise ShotError("the Painted Skin settings are not registered: enable the add-on")
-    restyle = getattr(scene, "painted_skin_restyle", None)
     prefs = preferences(bpy.context)
-    url = (s.url.strip() or (restyle.url.strip() if restyle is not None else "")
-           or (prefs.url if prefs is not None else "") or DEFAULT_URL)
+    url = backend_url(scene, s)
     keys_dir = s.keys.strip() or (prefs.keys_dir if prefs is not None else "")
     keys = bpy.path.abspath(keys_dir) if keys_dir else None
     options = {"model": _model(scene, s), "temporal": bool(s.temporal and animation),
