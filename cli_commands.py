@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -294,7 +295,6 @@ def _parse_options(text: str | None) -> dict:
 
 
 def cmd_restyle(args: argparse.Namespace) -> int:
-    import signal
 
     from .addon.blender.client.backend_client import BackendError, BackendUnavailable, check_url
     from .addon.blender.passes.image_io import read_image
@@ -303,8 +303,6 @@ def cmd_restyle(args: argparse.Namespace) -> int:
         RestyleRequest,
         restyle_shot,
         result_path,
-        start_local_backend,
-        stop_local_backend,
     )
     from .addon.blender.restyle.output import frame_names
 
@@ -342,23 +340,16 @@ def cmd_restyle(args: argparse.Namespace) -> int:
                 **_restyle_settings(args, scene, options, refs, ref_weights))
         except RequestError as e:
             raise BadInput(str(e)) from None
-    stop = {"asked": False}
-
-    def on_int(*_: object) -> None:  # Ctrl-C / a farm's stop: finish cleanly, keep frames
-        stop["asked"] = True
-
-    old = signal.signal(signal.SIGINT, on_int)
     bar = _frame_bar(len(frames))
     out = Path(args.out)
 
     progress = _saved_lines(bar, lambda f: result_path(out, f))
 
     try:
-        if args.start_backend:
-            start_local_backend(args.start_backend, args.url, timeout_s=120.0)
-        with frame_names(names):
-            summary = restyle_shot(scene, request, progress=progress,
-                                   cancelled=lambda: stop["asked"])
+        with _stoppable_run(args.start_backend, args.url) as stop:
+            with frame_names(names):
+                summary = restyle_shot(scene, request, progress=progress,
+                                       cancelled=lambda: stop["asked"])
     except BackendUnavailable as e:
         print(f"painted-skin: error: {e} (start one: painted-skin serve --bind {args.url}; "
               "or pass --start-backend PYTHON)", file=sys.stderr)
@@ -366,10 +357,6 @@ def cmd_restyle(args: argparse.Namespace) -> int:
     except BackendError as e:
         print(f"painted-skin: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT if e.code == "bad_message" else 1
-    finally:
-        signal.signal(signal.SIGINT, old)
-        if args.start_backend:
-            stop_local_backend()
     done = summary["skipped"] + summary["written"]
     print(f"restyle: {done}/{summary['frames']} frames done ({summary['written']} written "
           f"now, {summary['dropped']} dropped) in {summary['out']}")
@@ -379,12 +366,10 @@ def cmd_restyle(args: argparse.Namespace) -> int:
 def cmd_render(args: argparse.Namespace) -> int:
     """``render``: the shot's frames through Blender's render pipeline and the Painted
     Skin engine (see :mod:`.addon.blender.engine.headless`)."""
-    import signal
 
     from .addon.blender.client.backend_client import BackendError, BackendUnavailable, check_url
     from .addon.blender.engine import headless
     from .addon.blender.engine.frame_painter import NoBackend
-    from .addon.blender.restyle.loop import start_local_backend, stop_local_backend
     from .addon.core.files.frame_patterns import blend_relative, split_output_path
 
     if args.url is not None:
@@ -407,11 +392,6 @@ def cmd_render(args: argparse.Namespace) -> int:
         print(f"render: View Transform {replaced} -> Standard for this run (the painting "
               "is display-ready; Render Properties > Painted Skin > Use Standard View keeps "
               "F12 the same)")
-    stop = {"asked": False}
-
-    def on_int(*_: object) -> None:  # Ctrl-C / a farm's stop: the frame in hand is dropped
-        stop["asked"] = True
-
     bar = _frame_bar(len(frames))
 
     def progress(done: int, total: int, frame: int, path: Path | None) -> None:
@@ -420,13 +400,11 @@ def cmd_render(args: argparse.Namespace) -> int:
         if path is not None:
             print(f"Saved: '{path}'", flush=True)
 
-    old = signal.signal(signal.SIGINT, on_int)
     try:
-        if args.start_backend:
-            start_local_backend(args.start_backend, scene.painted_skin_engine.url,
-                                timeout_s=120.0)
-        summary = headless.render_frames(scene, list(frames), args.out, progress=progress,
-                                         cancelled=lambda: stop["asked"])
+        with _stoppable_run(args.start_backend, scene.painted_skin_engine.url) as stop:
+            summary = headless.render_frames(scene, list(frames), args.out,
+                                             progress=progress,
+                                             cancelled=lambda: stop["asked"])
     except headless.RenderFailed as e:
         cause = e.cause
         if isinstance(cause, (BackendUnavailable, NoBackend)):
@@ -439,14 +417,35 @@ def cmd_render(args: argparse.Namespace) -> int:
             print(f"painted-skin: error: {e}", file=sys.stderr)
             return 1
         raise BadInput(str(e)) from None
-    finally:
-        signal.signal(signal.SIGINT, old)
-        if args.start_backend:
-            stop_local_backend()
     done = summary["skipped"] + summary["written"]
     print(f"render: {done}/{summary['frames']} frames done ({summary['written']} written "
           f"now) in {summary['folder']}")
     return 130 if stop["asked"] else 0
+
+
+@contextmanager
+def _stoppable_run(start_backend: str | None, url: str) -> Iterator[dict[str, bool]]:
+    """A run that Ctrl-C (or a farm's stop) ends cleanly: ``stop["asked"]`` is set, and
+    the frames written so far are kept; with ``start_backend`` (a Python) a local backend
+    serves ``url`` for the run and is stopped after it."""
+    import signal
+
+    from .addon.blender.client.local_backend import start_local_backend, stop_local_backend
+
+    stop = {"asked": False}
+
+    def on_int(*_: object) -> None:
+        stop["asked"] = True
+
+    old = signal.signal(signal.SIGINT, on_int)
+    try:
+        if start_backend:
+            start_local_backend(start_backend, url, timeout_s=120.0)
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, old)
+        if start_backend:
+            stop_local_backend()
 
 
 def _engine_settings(scene, args: argparse.Namespace, size: tuple[int, int] | None) -> None:

@@ -14,6 +14,7 @@ BUILTIN = {"rna_type", "name", "bl_idname"}
 def _groups() -> list[type]:
     """The add-on's PropertyGroup and AddonPreferences classes (imported, not registered)."""
     from painted_skin.addon.blender import registration  # noqa: F401 (classes)
+    from painted_skin.addon.blender.engine import settings  # noqa: F401 (classes)
     from painted_skin.addon.blender.restyle import ui as restyle_ui  # noqa: F401 (classes)
 
     out: list[type] = []
