@@ -151,6 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--start-backend", metavar="PYTHON",
                     help="start a local backend with this Python (painted-skin[backend]) "
                          "for the run, and stop it after")
+    rs.add_argument("--skin-model", metavar="DIR",
+                    help="paint with this skin-model folder (train-skin's --out): the "
+                         "backend --start-backend starts serves it (implies --pipeline skin)")
     rs.add_argument("--timeout", type=float, default=30.0,
                     help="seconds of silence before giving up on the backend (a model "
                          "loading answers heartbeats: it is waited for)")
@@ -174,6 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--start-backend", metavar="PYTHON",
                     help="start a local backend with this Python (painted-skin[backend]) "
                          "for the run, and stop it after")
+    rn.add_argument("--skin-model", metavar="DIR",
+                    help="paint with this skin-model folder (train-skin's --out): the "
+                         "backend --start-backend starts serves it")
     rn.set_defaults(func=cmd_render)
 
     t = sub.add_parser("train-skin", help="learn a character's skin model from its own "

@@ -312,6 +312,12 @@ def cmd_restyle(args: argparse.Namespace) -> int:
     if args.size is not None:
         _parse_size(args.size)  # checked before the shot opens
     options = _parse_options(args.options)
+    models = _skin_model_folder(args)
+    if models:
+        if args.pipeline not in (None, "skin"):
+            raise BadInput(f"--skin-model paints with the skin pipeline, not --pipeline "
+                           f"{args.pipeline}: leave --pipeline out or give skin")
+        args.pipeline, options["model"] = "skin", SKIN_MODEL_NAME
     refs = []
     for ref in args.ref or ():
         try:
@@ -325,7 +331,7 @@ def cmd_restyle(args: argparse.Namespace) -> int:
         raise BadInput(str(e)) from None
     options_file = args.options and Path(args.options).suffix.lower() in (".json", ".toml")
     inputs = {"shot": args.shot, "--options": args.options if options_file else None,
-              "--keys": args.keys,
+              "--keys": args.keys, "--skin-model": args.skin_model,
               **{f"--ref {r}": r for r in args.ref or ()}}
     check_distinct({"--out": args.out}, inputs)
     with removed_if_left_empty(args.out):  # a failed start leaves no empty folder behind
@@ -346,7 +352,7 @@ def cmd_restyle(args: argparse.Namespace) -> int:
     progress = _saved_lines(bar, lambda f: result_path(out, f))
 
     try:
-        with _stoppable_run(args.start_backend, args.url) as stop:
+        with _stoppable_run(args.start_backend, args.url, models) as stop:
             with frame_names(names):
                 summary = restyle_shot(scene, request, progress=progress,
                                        cancelled=lambda: stop["asked"])
@@ -376,9 +382,13 @@ def cmd_render(args: argparse.Namespace) -> int:
         check_url(args.url, args.keys)
     _check_shot(args)
     size = _parse_size(args.size) if args.size is not None else None
+    models = _skin_model_folder(args)
+    if models and args.model is not None:
+        raise BadInput("give --skin-model DIR or --model NAME, not both")
     args.out = blend_relative(args.out, args.shot)
     folder, _ = split_output_path(args.out, "", "--out")  # a bad # run is one line here
-    check_distinct({"--out": folder}, {"shot": args.shot, "--keys": args.keys})
+    check_distinct({"--out": folder}, {"shot": args.shot, "--keys": args.keys,
+                                       "--skin-model": args.skin_model})
     try:
         headless.ensure_registered()
     except headless.RenderFailed as e:
@@ -387,6 +397,8 @@ def cmd_render(args: argparse.Namespace) -> int:
         check_writable(folder, "--out folder")
         scene, frames = _open_shot(args)
         _engine_settings(scene, args, size)
+        if models:
+            scene.painted_skin_engine.model = SKIN_MODEL_NAME
     replaced = headless.use_standard_view(scene)  # for this run; the shot is not saved
     if replaced:
         print(f"render: View Transform {replaced} -> Standard for this run (the painting "
@@ -401,7 +413,8 @@ def cmd_render(args: argparse.Namespace) -> int:
             print(f"Saved: '{path}'", flush=True)
 
     try:
-        with _stoppable_run(args.start_backend, scene.painted_skin_engine.url) as stop:
+        with _stoppable_run(args.start_backend, scene.painted_skin_engine.url,
+                            models) as stop:
             summary = headless.render_frames(scene, list(frames), args.out,
                                              progress=progress,
                                              cancelled=lambda: stop["asked"])
@@ -423,11 +436,34 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 130 if stop["asked"] else 0
 
 
+#: The registry name a ``--skin-model DIR`` is served under by the backend the command
+#: starts (the panel's name for a picked model folder).
+SKIN_MODEL_NAME = "folder"
+
+
+def _skin_model_folder(args: argparse.Namespace) -> dict[str, str]:
+    """``--skin-model DIR``: the models the started backend serves besides its registry
+    (empty without the option). A backend the command does not start reads its own
+    registry only: a client never makes a backend read a path of its choosing."""
+    folder = getattr(args, "skin_model", None)
+    if folder is None:
+        return {}
+    if not (Path(folder) / "config.json").is_file():
+        raise BadInput(f"--skin-model {folder!r} holds no config.json: give a folder that "
+                       "train-skin wrote")
+    if not args.start_backend:
+        raise BadInput("--skin-model needs --start-backend PYTHON (the backend started for "
+                       "the run serves the folder); a backend running elsewhere serves the "
+                       "names of its registry: --options '{\"model\": NAME}'")
+    return {SKIN_MODEL_NAME: str(Path(folder).resolve())}
+
+
 @contextmanager
-def _stoppable_run(start_backend: str | None, url: str) -> Iterator[dict[str, bool]]:
+def _stoppable_run(start_backend: str | None, url: str,
+                   models: dict[str, str] | None = None) -> Iterator[dict[str, bool]]:
     """A run that Ctrl-C (or a farm's stop) ends cleanly: ``stop["asked"]`` is set, and
     the frames written so far are kept; with ``start_backend`` (a Python) a local backend
-    serves ``url`` for the run and is stopped after it."""
+    serves ``url`` (and ``models`` beside its registry) for the run, stopped after it."""
     import signal
 
     from .addon.blender.client.local_backend import start_local_backend, stop_local_backend
@@ -440,7 +476,7 @@ def _stoppable_run(start_backend: str | None, url: str) -> Iterator[dict[str, bo
     old = signal.signal(signal.SIGINT, on_int)
     try:
         if start_backend:
-            start_local_backend(start_backend, url, timeout_s=120.0)
+            start_local_backend(start_backend, url, timeout_s=120.0, models=models or {})
         yield stop
     finally:
         signal.signal(signal.SIGINT, old)
