@@ -110,6 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="comma list of depth,normal,skeleton,mask,parts,motion,beauty and "
                          "the canonical ones rest_position,uv,normal_world,view_dir,"
                          "light_visibility")
+    p_.add_argument("--beauty-samples", type=int, default=16,
+                    help="beauty: Cycles samples of its render (default 16, denoised: the "
+                         "skin model's training target)")
+    p_.add_argument("--no-beauty-denoise", action="store_true",
+                    help="beauty: render it without denoising")
     p_.add_argument("--out", required=True, help="output folder (re-running resumes)")
     p_.add_argument("--openpose-normalized", action="store_true",
                     help="also write skeleton_normalized/####.json: COCO-18 keypoints in 0-1 "

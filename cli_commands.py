@@ -232,7 +232,9 @@ def cmd_passes(args: argparse.Namespace) -> int:
         scene, frames = _open_shot(args)
         opts = PassOptions(frames=frames, width=width, height=height, engine=args.engine,
                            passes=passes,
-                           openpose_normalized=args.openpose_normalized)
+                           openpose_normalized=args.openpose_normalized,
+                           beauty_samples=args.beauty_samples,
+                           beauty_denoise=not args.no_beauty_denoise)
         bar = _frame_bar(len(frames))
         out = Path(folder)
         shown = next((sub for p, sub in (("normal", "normal_color"), ("depth", "depth16"),

@@ -178,24 +178,28 @@ class SkinModel:
         box = character_box(mask, self.multiple)
         if box is None:  # nothing of the character in view: the film's black
             return np.zeros(mask.shape + (3,), np.uint8)
+        # The diffusion head's noise is drawn for the whole frame, then cut with it: a
+        # seed paints the same character wherever the box falls.
+        noise = (np.random.default_rng(seed).standard_normal((1, 3) + mask.shape)
+                 if self.config["head"] == "diffusion" else None)
         if box == (0, mask.shape[0], 0, mask.shape[1]):
-            return self._paint(passes, previous, seed, stabilize_strength)
+            return self._paint(passes, previous, noise, stabilize_strength)
         y0, y1, x0, x1 = box
         out = np.zeros(mask.shape + (3,), np.uint8)
         out[y0:y1, x0:x1] = self._paint(
             _cropped(passes, box, mask.shape),
             None if previous is None else _cropped(previous, box, mask.shape),
-            seed, stabilize_strength)
+            None if noise is None else noise[:, :, y0:y1, x0:x1], stabilize_strength)
         return out
 
     def _paint(self, passes: dict[str, np.ndarray],
-               previous: tuple[np.ndarray, np.ndarray] | None, seed: int,
+               previous: tuple[np.ndarray, np.ndarray] | None, noise: np.ndarray | None,
                stabilize_strength: float) -> np.ndarray:
-        """The network over the whole of ``passes`` (see :meth:`render`)."""
+        """The network over the whole of ``passes`` (see :meth:`render`); ``noise``: the
+        diffusion head's start, (1, 3, H, W)."""
         x = features.frame_features(passes, self.layout, self.bounds,
                                     previous if self.temporal else None)[None]
         if self.config["head"] == "diffusion":
-            noise = np.random.default_rng(seed).standard_normal((1, 3) + x.shape[2:])
 
             def f(x_t: np.ndarray, t: float) -> np.ndarray:
                 feeds = {"features": x, "x_t": x_t.astype(np.float32),

@@ -108,6 +108,9 @@ def pass_file(out: Path, sub: str, ext: str, f: int, names: FramePattern = DEFAU
     return Path(out) / sub / f"{names.name(f)}.{ext}"
 
 
+MAX_BEAUTY_SAMPLES = 4096
+
+
 @dataclass
 class PassOptions:
     """What to make. ``frames``: non-empty and increasing (a range, or a farm's list
@@ -118,6 +121,9 @@ class PassOptions:
     height: int = 512
     engine: str = "fast"
     passes: tuple[str, ...] = DEFAULT_PASSES
+    #: the beauty pass's Cycles render (the skin model's training target by default)
+    beauty_samples: int = 16
+    beauty_denoise: bool = True
     near: float | None = None  # shot depth range of depth16/8; None: measured over the scene
     far: float | None = None
     #: also write skeleton_normalized/####.json (COCO-18, x / width and y / height)
@@ -139,8 +145,10 @@ class PassOptions:
         bad = [p for p in self.passes if p not in PASSES]
         if bad:
             raise ShotError(f"unknown pass(es) {', '.join(bad)}: choose from {', '.join(PASSES)}")
-        if "beauty" in self.passes and self.engine != "cycles":
-            raise ShotError("the beauty pass needs --engine cycles")
+        if not 1 <= int(self.beauty_samples) <= MAX_BEAUTY_SAMPLES:
+            raise ShotError(f"beauty samples {self.beauty_samples} are outside "
+                            f"1..{MAX_BEAUTY_SAMPLES}: give e.g. 16 (the skin model's "
+                            "training target)")
 
 
 def pass_files(passes: tuple[str, ...], openpose_normalized: bool = False
@@ -196,6 +204,9 @@ def build_manifest(opts: PassOptions, near: float, far: float, geo: ShotGeometry
         "files": {p: [f"{sub}/{files}.{ext}" for sub, ext in subs] for p, subs in
                   pass_files(opts.passes, opts.openpose_normalized).items()},
         **({PATTERN_KEY: files} if names != DEFAULT_NAMES else {}),
+        **({"beauty": {"renderer": "CYCLES", "samples": int(opts.beauty_samples),
+                       "denoise": bool(opts.beauty_denoise)}}
+           if "beauty" in opts.passes else {}),
         "parts": list(encodings.PARTS),
         "conventions": encodings.CONVENTIONS,
         "armature": geo.armature.name if geo.armature else None,
@@ -273,6 +284,10 @@ def check_manifest(out: Path, manifest: dict) -> None:
         raise ShotError(f"{out} holds the passes of another shot ({', '.join(diff)} differ: "
                         f"{', '.join(f'{k} {shot.get(k)!r}' for k in diff[:2])}): render "
                         "into another --out folder, or delete it to start over")
+    if "beauty" in old and "beauty" in manifest and old["beauty"] != manifest["beauty"]:
+        raise ShotError(f"{out} holds a beauty pass rendered with {old['beauty']} (now "
+                        f"{manifest['beauty']}): give the same --beauty-samples, or use "
+                        "another --out folder")
     for key in ("width", "height", "engine", "near", "far"):
         if old.get(key) != manifest[key] and not (
                 isinstance(old.get(key), float) and np.isclose(old[key], manifest[key])):
@@ -286,7 +301,7 @@ def check_manifest(out: Path, manifest: dict) -> None:
         old["passes"], old["shot"] = passes, new_shot  # a manifest from before "shot": adopt
         old["files"] = files  # files a newer version adds (depth8) are listed too
         old["conventions"] = {**manifest["conventions"], **old.get("conventions", {})}
-        for key in ("lights", "rest_box"):  # what passes added to an older folder need
+        for key in ("lights", "rest_box", "beauty"):  # what passes added to a folder need
             if key in manifest and key not in old:
                 old[key] = manifest[key]
         write_json_atomic(path, old)

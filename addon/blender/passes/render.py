@@ -13,6 +13,7 @@ live in ``manifest.json``; per-frame cameras in ``camera/####.json``.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -76,8 +77,11 @@ def _cycles_frames(scene, frames: list[int], opts: PassOptions) -> Iterator[tupl
         extras.add("position")
     if want & {"rest_position", "uv"}:
         extras.add("canonical")
-    for f, p in render_cycles_frames(scene, frames, opts.width, opts.height,
-                                     want_beauty="beauty" in opts.passes, extras=extras):
+    for f in frames:
+        # One frame's pass settings at a time, restored before the frame is yielded: the
+        # beauty rendered between frames gets the scene's own filter, bounces and film.
+        ((f, p),) = list(render_cycles_frames(scene, [f], opts.width, opts.height,
+                                              extras=extras))
         out = {"depth": p["depth"], "mask": p["mask"] > 0.5, "normal": p["normal_camera"],
                "motion": np.concatenate([p["flow_prev"], p["flow_next"]], axis=-1),
                "normal_world": p["normal_world"]}
@@ -142,7 +146,9 @@ def _write_frame(out: Path, f: int, arrays: dict, opts: PassOptions, near: float
         # Nuke's names: EXR stores channels alphabetically, and "backward" (to the
         # previous frame) sorts before "forward", so positional readers keep the order.
         write_exr(path("motion", "exr"), arrays["motion"], MOTION_CHANNELS)
-    if "beauty" in want:
+    if "beauty" in want and arrays["beauty"].dtype == np.uint8:  # Blender wrote it so
+        write_png(path("beauty", "png"), arrays["beauty"])
+    elif "beauty" in want:
         # Cycles' Combined is linear and premultiplied; PNG wants straight alpha. The
         # colours get the plain sRGB curve (Blender's "Standard" view), not the
         # scene's view transform (AgX by default): see CONVENTIONS["beauty"].
@@ -189,10 +195,21 @@ def _write_frame(out: Path, f: int, arrays: dict, opts: PassOptions, near: float
 def iter_frames(scene: bpy.types.Scene, geo: ShotGeometry, opts: PassOptions,
                 frames: list[int]) -> Iterator[tuple[int, FrameGeometry, dict, tuple | None]]:
     """The engine: yields (frame, geometry, pass arrays, skeleton image+JSONs or None)."""
-    if opts.engine == "cycles":
-        yield from _cycles_iter(scene, geo, opts, frames)
-    else:
-        yield from _fast_iter(geo, opts, frames)
+    it = (_cycles_iter(scene, geo, opts, frames) if opts.engine == "cycles"
+          else _fast_iter(geo, opts, frames))
+    if "beauty" not in opts.passes:
+        yield from it
+        return
+    from .beauty import beauty_settings, render_beauty
+
+    # The beauty is a render of its own, at the training target's settings, between the
+    # engine's frames (Cycles' pass settings are not in force then: see _cycles_frames).
+    with tempfile.TemporaryDirectory(prefix="painted-skin-beauty-") as tmp:
+        for f, g, arrays, skel in it:
+            with beauty_settings(scene, (opts.width, opts.height), opts.beauty_samples,
+                                 opts.beauty_denoise):
+                arrays["beauty"] = render_beauty(scene, f, Path(tmp))
+            yield f, g, arrays, skel
 
 
 def _fast_iter(geo: ShotGeometry, opts: PassOptions, frames: list[int]

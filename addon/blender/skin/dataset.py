@@ -16,8 +16,7 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import bpy
 import numpy as np
 
 from ...core.files.atomic import output_target, replace_atomic, write_json_atomic
+from ..passes.beauty import beauty_settings, render_beauty  # noqa: F401 (the trainer's)
 from ..passes.geometry import ShotGeometry
 from ..passes.render import PassOptions, iter_frames
 
@@ -152,49 +152,6 @@ def _body_centre(meshes: list[bpy.types.Object]) -> tuple[np.ndarray, float]:
     p = np.concatenate(pts)
     lo, hi = p.min(0), p.max(0)
     return (lo + hi) / 2, float(hi[2] - lo[2])
-
-
-@contextmanager
-def beauty_settings(scene: bpy.types.Scene, size: int, samples: int) -> Iterator[None]:
-    """Cycles as the training target: a few samples + denoising, Standard view (the
-    beauty pass's convention), transparent film; the scene's settings come back after."""
-    r, cy, im = scene.render, scene.cycles, scene.render.image_settings
-    saved = [(r, a, getattr(r, a)) for a in ("engine", "resolution_x", "resolution_y",
-                                             "resolution_percentage", "film_transparent",
-                                             "filepath")]
-    saved += [(cy, a, getattr(cy, a)) for a in ("device", "samples", "use_denoising",
-                                                "use_adaptive_sampling", "seed")]
-    saved += [(im, a, getattr(im, a)) for a in ("file_format", "color_mode", "color_depth")]
-    vs = scene.view_settings
-    saved += [(vs, a, getattr(vs, a)) for a in ("view_transform", "look")]
-    try:
-        r.engine = "CYCLES"
-        r.resolution_x = r.resolution_y = size
-        r.resolution_percentage = 100
-        r.film_transparent = True
-        cy.device, cy.samples, cy.use_denoising = "CPU", samples, True
-        cy.use_adaptive_sampling, cy.seed = False, 0
-        im.file_format, im.color_mode, im.color_depth = "PNG", "RGBA", "8"
-        vs.view_transform, vs.look = "Standard", "None"
-        yield
-    finally:
-        for owner, attr, value in reversed(saved):
-            setattr(owner, attr, value)
-
-
-def render_beauty(scene: bpy.types.Scene, frame: int, folder: Path) -> np.ndarray:
-    """One Cycles frame as (H, W, 4) uint8, top row first."""
-    from ..passes.image_io import read_image
-
-    scene.frame_set(frame)
-    fd, tmp = tempfile.mkstemp(suffix=".png", dir=folder, prefix=".beauty-")
-    os.close(fd)
-    try:
-        scene.render.filepath = tmp
-        bpy.ops.render.render(write_still=True)
-        return np.asarray(read_image(tmp), np.uint8)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
 
 
 def frame_file(folder: Path, clip: int, frame: int) -> Path:

@@ -64,8 +64,10 @@ CONVENTIONS = {
     "skeleton_normalized": "with --openpose-normalized: skeleton_coco18's JSON with x / "
                            "canvas_width and y / canvas_height (0-1, the form controlnet_aux "
                            "and ComfyUI pose tools read); [0, 0, 0] for points left out",
-    "beauty": "Cycles Combined, un-premultiplied, 8-bit sRGB (Blender's Standard view, not "
-              "the scene's view transform), straight alpha",
+    "beauty": "a Cycles render at the manifest's 'beauty' settings (samples, denoising; "
+              "default the skin model's training target: 16 denoised), the scene's lights "
+              "and pixel filter, 8-bit sRGB (Blender's Standard view, not the scene's view "
+              "transform), straight alpha on a transparent film",
     "rest_position": "EXR float32 X,Y,Z: the visible surface point's position in the object "
                      "space of its mesh at rest (Blender's rest_position attribute: before "
                      "shape keys and modifiers, so pose-invariant), metres, every mesh; "
