@@ -79,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--clip-action", help="the animation to use when a clip holds several")
     r.add_argument("--keep-going", action="store_true",
                    help="batch: skip clips that fail (reported; exit 2) instead of stopping")
+    r.add_argument("--fps", type=float,
+                   help="bake at this frame rate, the clip resampled (a 120 fps capture "
+                        "for a 24 fps shot); default: the clip's own")
     r.add_argument("--in-place", action="store_true", help="drop horizontal root motion")
     r.add_argument("--no-foot-lock", action="store_true", help="do not pin feet in contact")
     r.add_argument("--keep-posture", action="store_true",

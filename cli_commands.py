@@ -7,6 +7,7 @@ bpy (each command imports what it runs), so ``--help`` stays fast.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -52,6 +53,8 @@ def cmd_retarget(args: argparse.Namespace) -> int:
     for opt, value in (("--map", args.map), ("--target-map", args.target_map)):
         if Path(value).is_file():
             inputs[opt] = value
+    if args.fps is not None and not (math.isfinite(args.fps) and 1 <= args.fps <= 1000):
+        raise BadInput(f"--fps {args.fps:g} is not a frame rate: give one in 1..1000, e.g. 24")
     check_distinct({"--out": args.out, "--report": args.report}, inputs)
     if args.out:  # outputs checked before the work, not after it
         if Path(args.out).suffix.lower() != ".blend":
@@ -62,7 +65,8 @@ def cmd_retarget(args: argparse.Namespace) -> int:
     failures: list[tuple[Path, str]] | None = [] if args.keep_going else None
     result = session.retarget_files(clips, Path(args.target), args.map, args.target_map,
                                     _retarget_options(args), progress=_progress_bar(len(clips)),
-                                    clip_action=args.clip_action, failures=failures)
+                                    clip_action=args.clip_action, failures=failures,
+                                    fps=args.fps)
     for clip, why in failures or ():
         print(f"painted-skin: error: {clip.name}: {why}", file=sys.stderr)
     if not result:

@@ -43,8 +43,10 @@ def retarget_files(
     progress: Callable[[int, str], None] | None = None,
     clip_action: str | None = None,
     failures: list[tuple[Path, str]] | None = None,
+    fps: float | None = None,
 ) -> list[RetargetReport]:
-    """Import ``target`` into a fresh scene and retarget every clip onto it.
+    """Import ``target`` into a fresh scene and retarget every clip onto it (``fps``:
+    bake every clip at that rate, resampled; default: each clip's own).
 
     Each clip becomes one Action; all but the last are stashed on NLA tracks,
     the last stays active. A bad clip stops the batch with its message (the
@@ -65,7 +67,7 @@ def retarget_files(
         before = ad.action if ad is not None else None
         try:
             report = retarget_clip(clip, arm, source_map, target_map, options,
-                                   clip_action=clip_action)
+                                   clip_action=clip_action, fps=fps)
         except ValueError as e:  # RetargetError, ImportFailed, BvhError, map errors
             if failures is None:
                 raise

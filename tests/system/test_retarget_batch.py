@@ -56,3 +56,22 @@ def test_keep_posture_reaches_the_report(character, tmp_path, bpy_clean) -> None
                          "--report", str(report), *extra]) == 0
         postures[bool(extra)] = json.loads(report.read_text())["posture"]
     assert postures == {False: "source", True: "character"}
+
+
+def test_fps_resamples_a_capture_for_the_shot(character, tmp_path, bpy_clean) -> None:
+    """``--fps 24`` bakes a 120 fps capture at 24 fps (a fifth of the frames, the same
+    seconds) and the saved shot plays at 24; a rate that is not one is refused in a line."""
+    import json
+
+    clip = gen.write_clip(tmp_path / "fast.bvh", "walk", frames=120, fps=120)
+    report, shot = tmp_path / "report.json", tmp_path / "shot.blend"
+    assert cli.main(["retarget", "--source", str(clip), "--target", str(character),
+                     "--report", str(report), "--out", str(shot), "--fps", "24"]) == 0
+    r = json.loads(report.read_text())
+    assert (r["fps"], r["source_fps"], r["frames"]) == (24.0, 120.0, 24)
+    bpy_clean.ops.wm.open_mainfile(filepath=str(shot))
+    scene = bpy_clean.context.scene
+    assert scene.render.fps / scene.render.fps_base == 24
+    assert scene.frame_end - scene.frame_start + 1 == 24
+    assert cli.main(["retarget", "--source", str(clip), "--target", str(character),
+                     "--fps", "0"]) == 2
