@@ -352,6 +352,8 @@ def cmd_restyle(args: argparse.Namespace) -> int:
                 **_restyle_settings(args, scene, options, refs, ref_weights))
         except RequestError as e:
             raise BadInput(str(e)) from None
+    if request.pipeline == "skin":
+        _note_lighting(scene)
     bar = _frame_bar(len(frames))
     out = Path(args.out)
 
@@ -405,6 +407,7 @@ def cmd_render(args: argparse.Namespace) -> int:
         _engine_settings(scene, args, size)
         if models:
             scene.painted_skin_engine.model = SKIN_MODEL_NAME
+    _note_lighting(scene)
     replaced = headless.use_standard_view(scene)  # for this run; the shot is not saved
     if replaced:
         print(f"render: View Transform {replaced} -> Standard for this run (the painting "
@@ -440,6 +443,14 @@ def cmd_render(args: argparse.Namespace) -> int:
     print(f"render: {done}/{summary['frames']} frames done ({summary['written']} written "
           f"now) in {summary['folder']}")
     return 130 if stop["asked"] else 0
+
+
+def _note_lighting(scene) -> None:
+    from .addon.blender.restyle.loop import lighting_note
+
+    note = lighting_note(scene)
+    if note:
+        print(f"note: {note}", flush=True)
 
 
 #: The registry name a ``--skin-model DIR`` is served under by the backend the command

@@ -136,6 +136,24 @@ MAX_LIGHTS = 4
 REST_FLAG, REST_ATTRIBUTE = "add_rest_position_attribute", "rest_position"
 
 
+#: The skin training's key light (train-skin adds it to a character file without
+#: lights): a sun at this XYZ Euler rotation and strength.
+TRAINING_SUN_EULER = (np.radians(50.0), 0.0, np.radians(25.0))
+TRAINING_SUN_ENERGY = 3.0
+TRAINING_SUN_NAME = "SkinSun (training rig)"
+
+
+def training_sun() -> SceneLight:
+    """The training rig's sun as a :class:`SceneLight`: what a shot without a light of
+    its own is painted under (its passes' light visibility follows it)."""
+    x, y, z = TRAINING_SUN_EULER
+    rx = np.array([[1, 0, 0], [0, np.cos(x), -np.sin(x)], [0, np.sin(x), np.cos(x)]])
+    ry = np.array([[np.cos(y), 0, np.sin(y)], [0, 1, 0], [-np.sin(y), 0, np.cos(y)]])
+    rz = np.array([[np.cos(z), -np.sin(z), 0], [np.sin(z), np.cos(z), 0], [0, 0, 1]])
+    direction = (rz @ ry @ rx)[:, 2]  # Blender's XYZ Euler: the light looks down its -Z
+    return SceneLight(TRAINING_SUN_NAME, "SUN", np.zeros(3), direction / np.linalg.norm(direction))
+
+
 def scene_lights(scene: bpy.types.Scene) -> list[bpy.types.Object]:
     """The lights that render, by name (a stable order every farm worker agrees on)."""
     return sorted((o for o in scene.objects if o.type == "LIGHT" and not o.hide_render
@@ -368,7 +386,8 @@ class ShotGeometry:
             camera = self.camera()
         joints = self._joints() if with_joints and self.bone_map else None
         return FrameGeometry(positions, corner_normals, camera, joints,
-                             [light_at(self._evaluated(o)) for o in self.lights])
+                             [light_at(self._evaluated(o)) for o in self.lights]
+                             or [training_sun()])
 
     def camera(self):
         """The scene camera as the depsgraph read shows it now (``core.camera.Camera``)."""

@@ -25,6 +25,7 @@ from .geometry import (
     ShotGeometry,
     light_at,
     scene_lights,
+    training_sun,
 )
 
 PASSES = ("depth", "normal", "skeleton", "mask", "parts", "motion", "beauty",
@@ -226,7 +227,8 @@ def _shot_lights(geo: ShotGeometry) -> list[dict]:
     now = scene.frame_current
     scene.frame_set(scene.frame_start)
     try:
-        return [light_at(o).to_dict() for o in scene_lights(scene)]
+        return [light_at(o).to_dict() for o in scene_lights(scene)] or \
+            [training_sun().to_dict()]  # a shot without lights: the training rig's sun
     finally:
         scene.frame_set(now)
 

@@ -189,6 +189,17 @@ def pipeline_options(scene: bpy.types.Scene, pipeline: str, options: dict) -> di
     return {**options, "character": character_fingerprint(arm)}
 
 
+def lighting_note(scene: bpy.types.Scene) -> str | None:
+    """What to tell a user whose shot has no light of its own (a retargeted file): it is
+    painted under the skin training's sun, as the model learnt; None when it has one."""
+    from ..passes.geometry import scene_lights
+
+    if scene_lights(scene):
+        return None
+    return ("the shot has no light: it is painted under the skin training's sun (add a "
+            "light to the scene to light it yourself)")
+
+
 def shot_options(scene: bpy.types.Scene, out: Path, width: int, height: int,
                  options: dict | None) -> dict:
     """``options`` plus the shot's depth range (``depth_near``/``depth_far``).

@@ -111,13 +111,13 @@ def trainer_command(req: TrainRequest, python: str, train_dir: Path, held_dir: P
 def ensure_lighting(scene: bpy.types.Scene) -> None:
     """Training needs fixed world lighting: a character file without lights gets the
     demo's sun and a neutral world (the same every run)."""
-    import math as m
+    from ..passes.geometry import TRAINING_SUN_ENERGY, TRAINING_SUN_EULER
 
     if not any(o.type == "LIGHT" for o in scene.objects):
         sun_data = bpy.data.lights.new("SkinSun", "SUN")
-        sun_data.energy = 3.0
+        sun_data.energy = TRAINING_SUN_ENERGY
         sun = bpy.data.objects.new("SkinSun", sun_data)
-        sun.rotation_euler = (m.radians(50.0), 0.0, m.radians(25.0))
+        sun.rotation_euler = tuple(float(a) for a in TRAINING_SUN_EULER)
         scene.collection.objects.link(sun)
     if scene.world is None:
         world = bpy.data.worlds.new("SkinWorld")
