@@ -70,7 +70,8 @@ class PS_RenderEngine(bpy.types.RenderEngine):
             return
         if self._cancelled():
             return
-        result = self.begin_result(0, 0, width, height)
+        # Blender renders each view layer with its own depsgraph: this one's result.
+        result = self.begin_result(0, 0, width, height, layer=depsgraph.view_layer.name)
         layer = result.layers[0]
         transparent = bool(scene.render.film_transparent)
         mask = painted.arrays.get("mask")

@@ -154,3 +154,40 @@ def test_f12_at_a_size_the_model_does_not_take_paints_it_padded(bpy_clean, regis
     expect = np.where(wire["mask"][..., None] > 0, expect, 0)
     assert np.abs(painted.astype(int) - expect.astype(int)).max() <= 1
     assert painted[wire["mask"] > 0].std() > 5
+
+
+def test_f12_fills_depth_normal_vector_and_mask_passes(bpy_clean, registered, shot,
+                                                       skin_backend, size, tmp_path):
+    """A multilayer EXR of the render holds the engine's passes in Blender's conventions:
+    planar depth (1e10 where empty), the mask, unit world normals and the Vector pass,
+    beside Combined, whose alpha is the mask on a transparent film."""
+    from painted_skin.addon.blender.passes.image_io import read_exr_layers
+    from painted_skin.addon.blender.restyle.loop import shot_frames, wire_passes
+
+    bpy = bpy_clean
+    exr = tmp_path / "passes.exr"
+    scene = _open(bpy, shot, skin_backend, size, str(exr))
+    scene.render.image_settings.media_type = "MULTI_LAYER_IMAGE"  # Blender 5: multilayer EXR
+    scene.render.image_settings.file_format = "OPEN_EXR_MULTILAYER"
+    scene.render.film_transparent = True
+    scene.frame_set(3)
+    bpy.ops.render.render(write_still=True)
+    layers = read_exr_layers(exr)
+    vl = scene.view_layers[0].name
+    _, wire = next(shot_frames(scene, [3], size, size, passes=wire_passes("skin")))
+    on = wire["mask"] > 0
+    mask = layers[f"{vl}.Mask.X"]
+    np.testing.assert_array_equal(mask > 0.5, on)
+    depth = layers[f"{vl}.Depth.Z"]
+    np.testing.assert_allclose(depth[on], wire["depth"][on], rtol=1e-5)
+    assert (depth[~on] == 1e10).all()
+    normal = np.stack([layers[f"{vl}.Normal.{c}"] for c in "XYZ"], -1)
+    np.testing.assert_allclose(np.linalg.norm(normal[on], axis=-1), 1.0, atol=1e-3)
+    # Cycles' raw Vector convention (passes/cycles.py): X, -Y to the previous frame,
+    # -Z, W to the next, in pixels.
+    vec = np.stack([layers[f"{vl}.Vector.{c}"] for c in "XYZW"], -1)
+    m = wire["motion"].astype(np.float32)
+    np.testing.assert_allclose(vec[on], np.stack([m[..., 0], -m[..., 1], -m[..., 2],
+                                                  m[..., 3]], -1)[on], atol=1e-3)
+    assert np.abs(m[on]).max() > 0.1  # the character moves: the check compares motion
+    np.testing.assert_array_equal(layers[f"{vl}.Combined.A"] > 0.5, on)
