@@ -7,7 +7,8 @@
     api = importlib.import_module("bl_ext.user_default.painted_skin.api")
 
 Names resolve on first use, so importing this module costs nothing and Retarget/Passes
-work without pyzmq (only ``restyle_shot`` and ``BackendClient`` need it).
+work without pyzmq (only ``restyle_shot``, ``render_frames`` and ``BackendClient`` need
+it).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ _WHERE = {
     "BackendClient": ".addon.blender.client.backend_client",
     "BackendError": ".addon.blender.client.backend_client",
     "probe_python": ".addon.core.backend.probe",
+    "render_frames": ".addon.blender.engine.headless",
+    "RenderFailed": ".addon.blender.engine.headless",
 }
 __all__ = sorted(_WHERE)
 

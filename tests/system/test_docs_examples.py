@@ -65,7 +65,7 @@ def _run(tmp_path: Path, variant: str, slow: bool = False) -> subprocess.Complet
 def test_the_api_doc_has_an_example_for_each_public_function():
     code = "\n".join(c for _, c in blocks())
     for name in ("retarget_clip", "make_passes", "restyle_shot", "train_skin", "score(",
-                 "probe_python"):
+                 "probe_python", "render_frames"):
         assert name in code, name
     kinds = [k for k, _ in blocks()]
     assert kinds[0] == "run" and "run extension" in kinds and "slow" in kinds
@@ -80,6 +80,7 @@ def test_api_examples_run(tmp_path, variant):
     n = sum(1 for k, _ in blocks() if k == "run")
     assert f"--- block {n - 1}" in proc.stdout  # every block ran
     assert "echo: 3 written; skin: 3 written" in proc.stdout
+    assert "render: 2 frames in" in proc.stdout
     assert "score psnr:" in proc.stdout
 
 

@@ -70,11 +70,20 @@ def use_standard_view(scene: bpy.types.Scene) -> str | None:
 
 
 def render_frames(scene: bpy.types.Scene, frames: list[int], out: str, *,
+                  url: str | None = None, model: str | None = None,
                   progress: Progress | None = None,
                   cancelled: Callable[[], bool] | None = None) -> dict:
-    """Render ``frames`` of ``scene`` with the Painted Skin engine into ``out``; frames
-    whose file exists are kept. Returns a summary (frames, written, skipped, folder).
-    Raises :class:`RenderFailed` when a frame cannot be painted (its file not written)."""
+    """Render ``frames`` of ``scene`` with the Painted Skin engine into ``out`` (a folder,
+    or a Blender output path with ``#``); frames whose file exists are kept. ``url``,
+    ``model``: the backend and skin model, over the scene's Render Properties ▸ Painted
+    Skin. Returns a summary (frames, written, skipped, folder). Raises
+    :class:`RenderFailed` when a frame cannot be painted (its file not written)."""
+    ensure_registered()
+    settings = scene.painted_skin_engine
+    if url is not None:
+        settings.url = url
+    if model is not None:
+        settings.model = model
     scene.render.engine = "PAINTED_SKIN"
     pattern = output_pattern(out)
     files = {f: frame_file(scene, pattern, f) for f in frames}
