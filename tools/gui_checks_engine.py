@@ -147,6 +147,21 @@ def check_engine_viewport(ctx: Context, check: Check) -> Steps:
     check.expect(p90 < 0.05, f"one redraw in ten held the UI {1000 * p90:.0f} ms or more "
                  "(≥ 50 ms)")
     check.expect(v.job.latest.serial - start >= 2, "orbiting painted fewer than 2 new frames")
+    # Refinement off: once the moved view is painted, an idle view is not redrawn.
+    scene.painted_skin_engine.viewport_refine = False
+    rv3d.view_rotation.rotate(_turn(math.radians(10.0)))
+    region.tag_redraw()
+    yield 0.1
+    yield from wait_until(check, lambda: (not v.job.busy and v.job.latest is not None
+                                          and v.drawn_serial == v.job.latest.serial),
+                          text, 60, "the view painted without refinement")
+    yield from settle(check, 0.3)
+    before = v.draw_count
+    yield from settle(check, 1.5)
+    check.details["idle_redraws_in_1_5_s"] = v.draw_count - before
+    check.expect(v.draw_count - before <= 3, f"an idle view was redrawn "
+                 f"{v.draw_count - before} times in 1.5 s")
+    scene.painted_skin_engine.viewport_refine = True
     check.details["view_draw_ms_max_all"] = round(1000 * max(v.draw_s), 1)
     check.details["snapshot_ms_max"] = round(1000 * max(a for a, _ in v.parts_s), 1)
     check.details["texture_draw_ms_max"] = round(1000 * max(b for _, b in v.parts_s), 1)

@@ -47,11 +47,13 @@ class ViewportDraw:
         self.changed_at = time.monotonic()
         self.refined = False
         self.drawn_serial = -1
+        self.drawn_error: str | None = None  # the job's message last drawn
         self.texture = None
         self.texture_serial = -1
         self.timer_on = False
         self.alive = True
         self.draw_s: list[float] = []  # how long each view_draw held the UI (the last 256)
+        self.draw_count = 0
         self.parts_s: list[tuple[float, float]] = []  # of which: the snapshot, the drawing
         VIEWS.append(self)
 
@@ -73,6 +75,7 @@ class ViewportDraw:
             self._draw(context, depsgraph)
         finally:
             self.draw_s = self.draw_s[-255:] + [time.perf_counter() - t0]
+            self.draw_count += 1
 
     def _draw(self, context, depsgraph) -> None:
         region, rv3d = context.region, context.region_data
@@ -89,6 +92,7 @@ class ViewportDraw:
         text = self.message if job is None else job.error
         if text:
             _draw_text(region, text)
+        self.drawn_error = None if job is None else job.error
         self._ensure_timer()
 
     def free(self) -> None:
@@ -115,10 +119,11 @@ class ViewportDraw:
         refine = s is None or s.viewport_refine
         full = False
         if moved:
-            self.last_view, self.dirty, self.refined = view, False, False
+            # A refinement is owed only when on and the view is painted smaller.
+            self.refined = not refine or self._scale(scene) >= 1.0
+            self.last_view, self.dirty = view, False
             self.changed_at = now
-        elif (refine and not self.refined and now - self.changed_at >= STILL_S
-              and not job.busy and self._scale(scene) < 1.0):
+        elif not self.refined and now - self.changed_at >= STILL_S and not job.busy:
             self.refined = full = True
         else:
             return
@@ -172,14 +177,14 @@ class ViewportDraw:
             if self.rebuild:
                 self._check_job()
             job = self.job
+            # Redraw for a new frame, a new message, or a refinement now owed: a view with
+            # nothing new is not redrawn.
             redraw = job is not None and (
                 (job.latest is not None and job.latest.serial != self.drawn_serial)
-                or (job.error is not None and self.drawn_serial != -2)
+                or job.error != self.drawn_error
                 or (not self.refined and not job.busy
                     and time.monotonic() - self.changed_at >= STILL_S))
             if redraw:
-                if job is not None and job.error is not None and job.latest is None:
-                    self.drawn_serial = -2
                 self.engine.tag_redraw()
         except ReferenceError:  # the engine was freed: the viewport left Rendered mode
             self.free()
