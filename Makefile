@@ -50,6 +50,7 @@ bench: $(STAMP) $(BSTAMP)
 	$(VENV)/bin/painted-skin bench retarget
 	$(VENV)/bin/painted-skin bench passes
 	$(VENV)/bin/painted-skin bench transport
+	$(VENV)/bin/painted-skin bench viewport
 	$(BACKEND_VENV)/bin/painted-skin bench diffusion
 
 # The extension zips: one per platform and Blender family (5.0: CPython 3.11; 5.1+: 3.13),
