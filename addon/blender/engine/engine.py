@@ -16,6 +16,7 @@ from ..client.backend_client import BackendError
 from ..passes.geometry import ShotError
 from . import render_result
 from .renders import RENDERS, render_size
+from .settings import view_transform_hint
 from .view import ViewportDraw
 
 ENGINE_ID = "PAINTED_SKIN"
@@ -58,6 +59,9 @@ class PS_RenderEngine(bpy.types.RenderEngine):
         for name, channels, chan_id in render_result.PASSES:
             self.add_pass(name, channels, chan_id)
         self.update_stats("", f"Painted Skin: painting frame {scene.frame_current}")
+        hint = view_transform_hint(scene)
+        if hint and RENDERS.warn_once(hint):  # once a render job, not once a frame
+            self.report({"WARNING"}, f"Painted Skin: {hint}")
         try:
             painted = RENDERS.frame(depsgraph, self._frame_set,
                                     continues=self.is_animation or RENDERS.chained,

@@ -10,18 +10,7 @@ import bpy
 from ....wire.endpoints import is_local_endpoint
 from ..classes import labelled, wrapped_label
 from .engine import ENGINE_ID
-from .settings import backend_url, default_model
-
-STANDARD = "Standard"
-
-
-def view_transform_hint(scene: bpy.types.Scene) -> str | None:
-    """Why the saved frames will not show the painting's colours, or None."""
-    vs = scene.view_settings
-    if vs.view_transform == STANDARD and vs.look in ("None", ""):
-        return None
-    return (f"View Transform is {vs.view_transform}: the painting is already display-ready, "
-            "so its colours change when saved. Use Standard to keep them.")
+from .settings import STANDARD, backend_url, default_model, view_transform_hint
 
 
 class PS_OT_engine_standard_view(bpy.types.Operator):

@@ -53,6 +53,7 @@ class Renders:
         self.chained = False  # stills rendered in order continue each other
         self.stop: Callable[[], bool] | None = None  # a headless run's Ctrl-C
         self.last_error: BaseException | None = None  # why the last frame failed
+        self.warned: set[str] = set()  # warnings given in this render job
 
     @contextmanager
     def chain(self, stop: Callable[[], bool] | None = None) -> Iterator[None]:
@@ -65,6 +66,13 @@ class Renders:
             yield
         finally:
             self.chained, self.stop = False, None
+
+    def warn_once(self, text: str) -> bool:
+        """True the first time ``text`` is warned about in this render job."""
+        if text in self.warned:
+            return False
+        self.warned.add(text)
+        return True
 
     def stopped(self) -> bool:
         return self.stop is not None and self.stop()
@@ -90,6 +98,7 @@ class Renders:
         previous frame are dropped)."""
         if self.chained:
             return  # one chain across the headless run's renders
+        self.warned.clear()
         with self.lock:
             self.painter.close()
 

@@ -70,6 +70,18 @@ class PaintSettings:
         return is_local_endpoint(self.url)
 
 
+STANDARD = "Standard"
+
+
+def view_transform_hint(scene: bpy.types.Scene) -> str | None:
+    """Why the saved frames will not show the painting's colours, or None."""
+    vs = scene.view_settings
+    if vs.view_transform == STANDARD and vs.look in ("None", ""):
+        return None
+    return (f"View Transform is {vs.view_transform}: the painting is already display-ready, "
+            "so its colours change when saved. Use Standard to keep them.")
+
+
 def engine_settings(scene: bpy.types.Scene) -> PS_EngineSettings | None:
     return getattr(scene, "painted_skin_engine", None)
 

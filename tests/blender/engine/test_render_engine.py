@@ -191,3 +191,16 @@ def test_f12_fills_depth_normal_vector_and_mask_passes(bpy_clean, registered, sh
                                                   m[..., 3]], -1)[on], atol=1e-3)
     assert np.abs(m[on]).max() > 0.1  # the character moves: the check compares motion
     np.testing.assert_array_equal(layers[f"{vl}.Combined.A"] > 0.5, on)
+
+
+def test_a_render_under_another_view_transform_is_warned_once(bpy_clean, registered, shot,
+                                                              skin_backend, size, tmp_path,
+                                                              capfd):
+    bpy = bpy_clean
+    scene = _open(bpy, shot, skin_backend, size, str(tmp_path / "agx_####"))
+    scene.view_settings.view_transform = "AgX"
+    scene.frame_start, scene.frame_end = 2, 4
+    bpy.ops.render.render(animation=True)
+    out = capfd.readouterr()
+    assert (out.out + out.err).count("View Transform is AgX") == 1
+    assert len(list(tmp_path.glob("agx_*.png"))) == 3
