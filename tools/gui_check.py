@@ -37,7 +37,11 @@ import bpy
 
 # The check modules sit beside this script (Blender runs it as a file, not a package).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gui_checks_engine import check_engine_f12, check_engine_viewport  # noqa: E402
+from gui_checks_engine import (  # noqa: E402
+    check_engine_f12,
+    check_engine_starts_its_backend,
+    check_engine_viewport,
+)
 from gui_checks_layout import check_panel_shots, check_preview_keeps_the_editors  # noqa: E402
 from gui_checks_render import (  # noqa: E402
     check_backend_start,
@@ -125,6 +129,7 @@ CHECKS: list[tuple[str, Callable[[Context, Check], Steps]]] = [
     # Last: they open the demo shot in place of the retargeted character.
     ("engine_viewport", check_engine_viewport),
     ("engine_f12", check_engine_f12),
+    ("engine_starts_its_backend", check_engine_starts_its_backend),
 ]
 
 

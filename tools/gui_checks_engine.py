@@ -224,3 +224,55 @@ def check_engine_f12(ctx: Context, check: Check) -> Steps:
     ctx.screens.take("engine_f12_window")
     call(bpy.ops.painted_skin.backend_stop)
     yield from settle(check, 0.3)
+
+
+def check_engine_starts_its_backend(ctx: Context, check: Check) -> Steps:
+    """Rendered mode with no backend running and Start Local Backend on: the viewport's
+    worker starts one (its Python and the scene's models read on the UI thread), the view
+    says what it waits on meanwhile, then paints; the UI goes on all the while."""
+    ui = ctx.addon.mod("restyle.ui")
+    view_mod = ctx.addon.mod("engine.view")
+    scene = bpy.context.scene
+    if scene.render.engine != "PAINTED_SKIN" or not ctx.args.backend_python:
+        check.details["skipped"] = "the viewport check set no scene up, or no Backend Python"
+        return
+    if ui.LOCAL.running():
+        call(bpy.ops.painted_skin.backend_stop)
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        url = f"tcp://127.0.0.1:{sock.getsockname()[1]}"
+    s = scene.painted_skin_engine
+    s.url, s.start_local = url, True
+    area, region, space = _view3d()
+    space.shading.type = "RENDERED"
+    redraw()
+    seen: list[str] = []
+
+    def text() -> str | None:
+        v = view_mod.VIEWS[-1] if view_mod.VIEWS else None
+        if v is None or v.job is None:
+            return None
+        said = v.drawn_error
+        if said and said not in seen:
+            seen.append(said)
+        return said or ("painting" if v.job.busy else "waiting")
+
+    def painted() -> bool:
+        v = view_mod.VIEWS[-1] if view_mod.VIEWS else None
+        return (v is not None and v.job is not None and v.job.latest is not None
+                and v.drawn_serial == v.job.latest.serial)
+
+    yield from wait_until(check, painted, text, ctx.args.backend_timeout + 60,
+                          "a frame painted through the backend the view started")
+    check.details["said_while_waiting"] = seen
+    check.details["backend_started_here"] = ui.LOCAL.running() and ui.LOCAL.url == url
+    check.expect(painted(), "nothing painted")
+    check.expect(check.details["backend_started_here"], "no local backend was started")
+    check.expect(any("reaching the backend" in t for t in seen),
+                 "the view said nothing while the backend started")
+    ctx.screens.take("engine_viewport_started_backend")
+    space.shading.type = "SOLID"
+    call(bpy.ops.painted_skin.backend_stop)
+    yield from settle(check, 0.3)

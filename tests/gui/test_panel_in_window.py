@@ -38,7 +38,8 @@ CHECKS = ("install", "sidebar", "retarget", "retarget_cancel", "retarget_esc",
           "passes_esc", "backend_status", "backend_start", "restyle", "restyle_cancel",
           "restyle_esc", "backend_stop", "train", "train_cancel", "train_esc",
           "open_file_while_running", "undo_while_running", "panel_shots",
-          "preview_keeps_the_editors", "engine_viewport", "engine_f12")
+          "preview_keeps_the_editors", "engine_viewport", "engine_f12",
+          "engine_starts_its_backend")
 
 pytestmark = [pytest.mark.slow, pytest.mark.shared_data]
 

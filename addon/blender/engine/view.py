@@ -89,10 +89,10 @@ class ViewportDraw:
             self._draw_latest(job, region, scene)
             self.parts_s.append((t1 - t0, time.perf_counter() - t1))
             del self.parts_s[:-256]
-        text = self.message if job is None else job.error
+        text = self.message if job is None else _job_text(job)
         if text:
             _draw_text(region, text)
-        self.drawn_error = None if job is None else job.error
+        self.drawn_error = None if job is None else _job_text(job)
         self._ensure_timer()
 
     def free(self) -> None:
@@ -181,7 +181,7 @@ class ViewportDraw:
             # nothing new is not redrawn.
             redraw = job is not None and (
                 (job.latest is not None and job.latest.serial != self.drawn_serial)
-                or job.error != self.drawn_error
+                or _job_text(job) != self.drawn_error
                 or (not self.refined and not job.busy
                     and time.monotonic() - self.changed_at >= STILL_S))
             if redraw:
@@ -225,6 +225,12 @@ class ViewportDraw:
             self.job.stop(wait=False)
         self.job, self.key = None, None
         self.texture, self.texture_serial, self.drawn_serial = None, -1, -1
+
+
+def _job_text(job: ViewportJob) -> str | None:
+    """What the view says over its painting: the failure, or what the first frame waits
+    on (a local backend starting takes seconds)."""
+    return job.error or (job.status if job.latest is None else None)
 
 
 def _local_backend_needs(settings) -> tuple[str | None, dict[str, str] | None]:

@@ -93,6 +93,7 @@ class ViewportJob:
         self._stop = False
         self.latest: Painted | None = None
         self.error: str | None = None
+        self.status: str | None = None  # what the worker waits on (a backend starting)
         self.busy = False
         self._serial = 0
 
@@ -152,16 +153,18 @@ class ViewportJob:
             arrays = fast_frame(self.geometry, snap.geometry, None, None, self.want)
             passes = wire_arrays(arrays, None, w, h)
             passes = {k: v for k, v in passes.items() if k in self.want or k not in WIRE_PASSES}
+            if self.painter.client is None:  # a session to open, maybe a backend to start
+                self.status = f"Painted Skin: reaching the backend at {self.settings.url}…"
             rgb = self.painter.paint(snap.frame, passes, self.settings, w, h, self.options)
         except Exception as e:  # shown in the viewport, never raised into a redraw
             self.error = f"{type(e).__name__}: {e}" if not str(e) else str(e)
-            self.busy = False
+            self.busy, self.status = False, None
             if self.on_ready is not None:
                 self.on_ready()
             return None
         done = Painted(snap.serial, rgb, np.asarray(passes["mask"]) > 0,
                        time.monotonic() - snap.taken, snap.full)
-        self.latest, self.error, self.busy = done, None, False
+        self.latest, self.error, self.busy, self.status = done, None, False, None
         if self.on_ready is not None:
             self.on_ready()
         return done
