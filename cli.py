@@ -65,6 +65,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
 FRAMES_HELP = "FIRST-LAST, a list 3,5-10 or a step 1-100x2 (default: the scene's range)"
 
 
+def _backend_arguments(p: argparse.ArgumentParser, skin_model_note: str = "") -> None:
+    """--keys, --start-backend and --skin-model: the backend a painting command uses."""
+    p.add_argument("--keys", help="CurveZMQ keys folder, for a backend on another machine")
+    p.add_argument("--start-backend", metavar="PYTHON",
+                   help="start a local backend with this Python (painted-skin[backend]) "
+                        "for the run, and stop it after")
+    p.add_argument("--skin-model", metavar="DIR",
+                   help="paint with this skin-model folder (train-skin's --out): the "
+                        f"backend --start-backend starts serves it{skin_model_note}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="painted-skin", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -155,13 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "same order")
     rs.add_argument("--camera", help="camera object, or 'auto' (see passes --camera)")
     rs.add_argument("--url", default="tcp://127.0.0.1:5555", help="backend address")
-    rs.add_argument("--keys", help="CurveZMQ keys folder, for a backend on another machine")
-    rs.add_argument("--start-backend", metavar="PYTHON",
-                    help="start a local backend with this Python (painted-skin[backend]) "
-                         "for the run, and stop it after")
-    rs.add_argument("--skin-model", metavar="DIR",
-                    help="paint with this skin-model folder (train-skin's --out): the "
-                         "backend --start-backend starts serves it (implies --pipeline skin)")
+    _backend_arguments(rs, " (implies --pipeline skin)")
     rs.add_argument("--timeout", type=float, default=30.0,
                     help="seconds of silence before giving up on the backend (a model "
                          "loading answers heartbeats: it is waited for)")
@@ -181,13 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--camera", help="camera object, or 'auto' (see passes --camera)")
     rn.add_argument("--url", help="backend address (default: the shot's, else "
                                   "tcp://127.0.0.1:5555)")
-    rn.add_argument("--keys", help="CurveZMQ keys folder, for a backend on another machine")
-    rn.add_argument("--start-backend", metavar="PYTHON",
-                    help="start a local backend with this Python (painted-skin[backend]) "
-                         "for the run, and stop it after")
-    rn.add_argument("--skin-model", metavar="DIR",
-                    help="paint with this skin-model folder (train-skin's --out): the "
-                         "backend --start-backend starts serves it")
+    _backend_arguments(rn)
     rn.set_defaults(func=cmd_render)
 
     t = sub.add_parser("train-skin", help="learn a character's skin model from its own "
