@@ -4,7 +4,7 @@ painted through the engine's :class:`~.frame_painter.FramePainter`.
 The shot's reader (:class:`ShotGeometry`: topology, part labels, rest positions and
 UVs, read once) is kept between frames while the character's meshes stay the same, so
 an animation render costs per frame what a restyled shot does; editing a mesh or
-opening a file forgets it (:func:`forget_geometry`)."""
+opening a file forgets it (:meth:`Renders.forget_geometry`, from the engine's handlers)."""
 
 from __future__ import annotations
 
@@ -128,11 +128,6 @@ class Renders:
 
 
 RENDERS = Renders()
-
-
-def forget_geometry(*_args) -> None:
-    """Handler: the next render reads the meshes afresh."""
-    RENDERS.forget_geometry()
 
 
 def meshes_edited(_scene, depsgraph) -> None:
