@@ -427,6 +427,9 @@ def cmd_render(args: argparse.Namespace) -> int:
             summary = headless.render_frames(scene, list(frames), args.out,
                                              progress=progress,
                                              cancelled=lambda: stop["asked"])
+    except BackendError as e:  # the backend --start-backend starts did not come up
+        print(f"painted-skin: error: {e}", file=sys.stderr)
+        return 1
     except headless.RenderFailed as e:
         cause = e.cause
         if isinstance(cause, (BackendUnavailable, NoBackend)):
@@ -493,7 +496,8 @@ def _stoppable_run(start_backend: str | None, url: str,
     old = signal.signal(signal.SIGINT, on_int)
     try:
         if start_backend:
-            start_local_backend(start_backend, url, timeout_s=120.0, models=models or {})
+            # No --skin-model: the backend serves the scene's models too, as the panel's.
+            start_local_backend(start_backend, url, timeout_s=120.0, models=models or None)
         yield stop
     finally:
         signal.signal(signal.SIGINT, old)

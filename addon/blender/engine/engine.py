@@ -66,11 +66,12 @@ class PS_RenderEngine(bpy.types.RenderEngine):
             painted = RENDERS.frame(depsgraph, self._frame_set,
                                     continues=self.is_animation or RENDERS.chained,
                                     cancelled=self._cancelled)
-        except (ShotError, BackendError, OSError) as e:
+        except Exception as e:  # noqa: BLE001 -- any failure: an error, never a blank frame
             if self._cancelled():
                 return  # Esc / Ctrl-C: Blender writes nothing, and says it was cancelled
             RENDERS.last_error = e
-            self._failed(width, height, str(e))
+            known = isinstance(e, (ShotError, BackendError, OSError))
+            self._failed(width, height, str(e) if known else f"{type(e).__name__}: {e}")
             return
         if self._cancelled():
             return
@@ -143,6 +144,7 @@ def unregister() -> None:
             getattr(handlers, handler_list).remove(fn)
     for panel in compatible_panels():
         panel.COMPAT_ENGINES.discard(ENGINE_ID)
+    _free_views()
     RENDERS.close()
     bpy.utils.unregister_class(PS_RenderEngine)
 
@@ -152,9 +154,19 @@ def _render_init(*_args) -> None:
     RENDERS.new_job()
 
 
+def _free_views() -> None:
+    """Stop every Rendered view's painter (a file opened, the add-on disabled: Blender
+    drops their timers, and nothing else would)."""
+    from .view import VIEWS
+
+    for view in list(VIEWS):
+        view.free()
+
+
 @bpy.app.handlers.persistent
 def _file_loaded(*_args) -> None:
     RENDERS.forget_geometry()
+    _free_views()
 
 
 @bpy.app.handlers.persistent

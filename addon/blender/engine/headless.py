@@ -108,6 +108,8 @@ def render_frames(scene: bpy.types.Scene, frames: list[int], out: str, *,
                 except RuntimeError as e:
                     cause = RENDERS.last_error
                     raise RenderFailed(str(cause or e).removeprefix("Error: "), cause) from None
+                if RENDERS.last_error is not None:  # failed without Blender raising
+                    raise RenderFailed(str(RENDERS.last_error), RENDERS.last_error)
                 if cancelled is not None and cancelled():
                     break  # the frame was cut short: nothing written for it
                 _save(path)
@@ -127,7 +129,12 @@ def _save(path: Path) -> None:
         raise RenderFailed("Blender kept no Render Result for the frame", None)
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.partial{path.suffix}")
     try:
-        image.save_render(filepath=str(tmp))
+        try:
+            image.save_render(filepath=str(tmp))
+        except RuntimeError as e:  # a format Blender cannot save a still in (a movie)
+            raise RenderFailed(f"cannot save {path.name}: {str(e).removeprefix('Error: ')} "
+                               "(set Output Properties > File Format to an image format)",
+                               None) from None
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

@@ -190,6 +190,9 @@ class ViewportDraw:
             self.free()
             self.timer_on = False
             return None
+        except Exception as e:  # noqa: BLE001 -- shown in the view; the timer goes on
+            self.message = f"Painted Skin: {type(e).__name__}: {e}"
+            self.failed_at, self.rebuild = time.monotonic(), True  # tried again later
         return POLL_S
 
     def _check_job(self) -> None:

@@ -32,9 +32,11 @@ def beauty_settings(scene: bpy.types.Scene, size: int | tuple[int, int],
                                              "filepath")]
     saved += [(cy, a, getattr(cy, a)) for a in ("device", "samples", "use_denoising",
                                                 "use_adaptive_sampling", "seed")]
-    saved += [(im, a, getattr(im, a)) for a in ("file_format", "color_mode", "color_depth")]
+    # Restored in reverse: a format before its depth and mode, a view transform before
+    # its look (Blender refuses a depth or a look the current format or view lacks).
+    saved += [(im, a, getattr(im, a)) for a in ("color_depth", "color_mode", "file_format")]
     vs = scene.view_settings
-    saved += [(vs, a, getattr(vs, a)) for a in ("view_transform", "look")]
+    saved += [(vs, a, getattr(vs, a)) for a in ("look", "view_transform")]
     try:
         r.engine = "CYCLES"
         r.resolution_x, r.resolution_y = int(width), int(height)

@@ -97,3 +97,18 @@ def test_render_bad_input_is_one_line_exit_2(bpy_clean, shot, skin_backend, tmp_
     assert rc == 2, err
     assert len(err) == 1 and says in err[0]
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_a_backend_that_cannot_start_is_an_error_not_a_traceback(bpy_clean, shot, tmp_path,
+                                                                 capsys):
+    from painted_skin import cli
+    from test_client import free_url
+
+    out = tmp_path / "nostart"
+    rc = cli.main(["render", str(shot), "--frames", "2", "--size", "64x64", "--out",
+                   str(out), "--url", free_url(), "--start-backend",
+                   str(tmp_path / "no-such-python")])
+    err = capsys.readouterr().err
+    assert rc == 1 and err.startswith("painted-skin: error:") and "no-such-python" in err
+    assert "Traceback" not in err
+    assert not out.exists() or not any(out.iterdir())

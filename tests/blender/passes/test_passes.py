@@ -269,6 +269,26 @@ def test_beauty_is_a_render_at_the_training_target(bpy_clean, shot_blend, tmp_pa
                     tmp_path / "target")
 
 
+def test_beauty_puts_back_an_exr_output_and_a_look(bpy_clean, shot_blend, tmp_path):
+    """The beauty render's settings come back whole: a 32-bit EXR output and a view
+    transform's look (Blender refuses a depth or look before their format or view)."""
+    from painted_skin.addon.blender.passes.render import PassOptions, make_passes
+
+    scene = open_shot(bpy_clean, shot_blend)
+    im, vs = scene.render.image_settings, scene.view_settings
+    im.file_format, im.color_depth = "OPEN_EXR", "32"
+    vs.view_transform = "AgX"
+    looks = [k for k in vs.bl_rna.properties["look"].enum_items.keys() if "AgX" in k]
+    if looks:
+        vs.look = looks[0]
+    before = (im.file_format, im.color_depth, vs.view_transform, vs.look,
+              scene.render.engine, scene.render.resolution_x)
+    make_passes(scene, PassOptions(frames=range(3, 4), width=48, height=48,
+                                   passes=("mask", "beauty")), tmp_path)
+    assert (im.file_format, im.color_depth, vs.view_transform, vs.look,
+            scene.render.engine, scene.render.resolution_x) == before
+
+
 def test_back_face_culling_only_for_closed_outward_meshes():
     from painted_skin.addon.blender.passes.geometry import outward_closed
 
