@@ -29,10 +29,11 @@ from ..client.local_backend import (
 )
 from ..passes.geometry import ShotError, ShotGeometry
 from ..preferences import preferences
-from ..restyle.loop import pipeline_options, shot_frames, wire_passes
+from ..restyle.loop import shot_frames, wire_passes
 from .settings import PaintSettings
 
 LOCAL_START_TIMEOUT_S = 120.0
+_START_LOCK = threading.Lock()  # one local backend, whichever painter asks first
 
 
 class NoBackend(BackendError):
@@ -44,8 +45,6 @@ class NoBackend(BackendError):
 
     def __str__(self) -> str:
         return self.message
-
-_START_LOCK = threading.Lock()  # one local backend, whichever painter asks first
 
 
 def ensure_backend(settings: PaintSettings, python: str | None = None,
@@ -128,10 +127,6 @@ class FramePainter:
         finally:
             geometry.set_frame(frame)
         return arrays
-
-    def options(self, scene: bpy.types.Scene, settings: PaintSettings) -> dict:
-        """The pipeline options with the scene character's fingerprint (Restyle's)."""
-        return pipeline_options(scene, settings.pipeline, dict(settings.options))
 
     def paint(self, frame: int, arrays: dict[str, np.ndarray], settings: PaintSettings,
               width: int, height: int, options: dict,

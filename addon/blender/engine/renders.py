@@ -17,6 +17,7 @@ import bpy
 import numpy as np
 
 from ..passes.geometry import ShotGeometry, render_meshes
+from ..restyle.loop import pipeline_options
 from .frame_painter import FramePainter
 from .settings import paint_settings
 
@@ -114,7 +115,8 @@ class Renders:
         with self.lock:
             settings = paint_settings(scene, animation=continues)
             geo = self.geometry(scene, width, height, depsgraph, set_frame)
-            options = self.painter.options(scene, settings)
+            # The scene character's fingerprint, as Restyle sends it.
+            options = pipeline_options(scene, settings.pipeline, dict(settings.options))
             arrays = self.painter.passes(scene, frame, width, height, geo, settings.pipeline)
             cam = geo.camera()
             rgb = self.painter.paint(frame, arrays, settings, width, height, options,
