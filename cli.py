@@ -50,7 +50,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.what == "skin":
         from .bench.skin import main as bench_skin
 
-        return bench_skin(model=args.model, frames=args.frames, size=args.size)
+        return bench_skin(model=args.model, frames=args.frames, size=args.size,
+                          cameras=args.cameras.split(",") if args.cameras else None,
+                          lights=args.lights.split(",") if args.lights else None,
+                          character=args.character)
     if args.what == "viewport":
         from .bench.viewport import main as bench_viewport
 
@@ -209,6 +212,17 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--temporal", action="store_true",
                    help="feed the previous output warped by the motion vectors (steadier "
                         "shots; the embedded demo model is trained so)")
+    t.add_argument("--lights", choices=("scene", "varied"), default="varied",
+                   help="varied (default): every other clip under a random light rig, so "
+                        "the model paints by the scene's lights (the irradiance pass) "
+                        "instead of remembering one rig; scene: the file's lights only")
+    t.add_argument("--motion", action="append", default=[], metavar="FILE",
+                   help="real mocap (.bvh .fbx .glb) to train on beside the generated "
+                        "motions; repeatable (windows of --frames-per-clip frames)")
+    t.add_argument("--init-from", metavar="MODEL",
+                   help="start from this skin model's network: the shading it learned "
+                        "carries over (default: the embedded model for your own character; "
+                        "'none' starts from scratch)")
     t.set_defaults(func=cmd_train_skin)
 
     from .backend.commands import add_commands
@@ -235,11 +249,17 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("what", choices=("retarget", "passes", "transport", "diffusion", "skin",
                                     "viewport"))
     b.add_argument("--frames", type=int,
-                   help="frames (retarget: 2400, passes: 24, transport: 48, skin: 48, "
-                        "viewport: 48 view changes a size)")
+                   help="frames (retarget: 2400, passes: 24, transport: 48, skin: 24 a "
+                        "cell, viewport: 48 view changes a size)")
     b.add_argument("--model", help="skin: model folder (default rigs/skin_models/demo)")
     b.add_argument("--size", type=int,
                    help="skin: frame size (default: the model's training size)")
+    b.add_argument("--cameras", help="skin: the matrix's cameras, comma-separated (default: "
+                                     "demo,three_quarter,behind,low,high,close_up)")
+    b.add_argument("--lights", help="skin: the light rigs, comma-separated (default: "
+                                    "scene,turned)")
+    b.add_argument("--character", help="skin: the character file the --model was trained on "
+                                       "(default: the demo)")
     b.set_defaults(func=cmd_bench)
     return p
 

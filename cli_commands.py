@@ -177,7 +177,9 @@ def cmd_train_skin(args: argparse.Namespace) -> int:
                        size=args.size, device=args.device, resume=args.resume,
                        python=args.python, cache=Path(args.cache) if args.cache
                        else DEFAULT_CACHE, frames_per_clip=args.frames_per_clip,
-                       samples=args.samples, steps=args.steps, temporal=args.temporal)
+                       samples=args.samples, steps=args.steps, temporal=args.temporal,
+                       lights=args.lights, motions=tuple(args.motion),
+                       init_from=args.init_from)
     return train_skin(req, progress=bar, characters={"demo": _demo_character})
 
 

@@ -48,6 +48,8 @@ WIRE_PASSES: dict[str, WirePass] = {p.name: p for p in (
     WirePass("normal_world", "float16", 3, canonical=True),
     WirePass("view_dir", "float16", 3, canonical=True),
     WirePass("light_visibility", "uint8", 4, flag=True, canonical=True),
+    # The scene's direct light on a white surface, linear (may exceed 1: float16's range).
+    WirePass("irradiance", "float16", 3, canonical=True),
 )}
 
 CONTROL_PASSES = tuple(n for n, p in WIRE_PASSES.items() if not p.canonical)

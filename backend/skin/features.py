@@ -2,7 +2,8 @@
 
 The tensor is (C, H, W) float32; its channel layout is :func:`layout` of the
 model's inputs and is written into the model folder's config, so a runtime
-builds exactly what the network was trained on. The first six channels are the
+builds exactly what the network was trained on (a model from before an input
+existed keeps its own layout). The first six channels are the
 surface coordinates the learned textures are sampled at: (u, v, has_uv) from the
 ``uv`` pass and the ``rest_position`` pass scaled into [-1, 1] by the training
 set's rest-pose bounds. The rest are per-pixel conditioning for the U-Net.
@@ -29,7 +30,7 @@ COORDS = (("uv", 3), ("rest_position", 3))
 # name -> channels of every conditioning input a model may take, in this order
 CONDITIONING = {
     "normal_world": 3, "normal": 3, "view_dir": 3, "light_visibility": NUM_LIGHTS,
-    "depth_rel": 1, "mask": 1, "parts": NUM_PARTS,
+    "irradiance": 3, "depth_rel": 1, "mask": 1, "parts": NUM_PARTS,
 }
 TEMPORAL = (("prev_rgb", 3), ("prev_valid", 1))
 DEFAULT_INPUTS = tuple(CONDITIONING)
@@ -61,6 +62,16 @@ def layout(inputs: Sequence[str] = DEFAULT_INPUTS, temporal_input: bool = False
 
 def channels(lay: Sequence[Sequence]) -> int:
     return int(sum(int(c) for _, c in lay))
+
+
+def offset(lay: Sequence[Sequence], name: str) -> int | None:
+    """The first channel of input ``name`` in layout ``lay`` (None: not in it)."""
+    c = 0
+    for n, k in lay:
+        if n == name:
+            return c
+        c += int(k)
+    return None
 
 
 def required_passes(lay: Sequence[Sequence]) -> list[str]:

@@ -26,7 +26,11 @@ from . import features
 DEFAULTS: dict[str, Any] = {
     "tex_channels": 16, "tex_sizes": [256, 128, 64, 32], "grid_sizes": [32, 16, 8],
     "unet": [32, 64, 128], "head": "regressor", "use_texture": True, "diffusion_steps": 4,
+    "shading": None,  # None: on when the layout has the irradiance input (regressor head)
 }
+#: How far the shaded head's residual may move a pixel (sRGB units): highlights and
+#: small corrections fit; the lighting must come through albedo x irradiance.
+RESIDUAL_RANGE = 0.25
 HEADS = ("regressor", "diffusion")
 
 
@@ -40,7 +44,19 @@ def model_config(lay: list[list], bounds: list[list[float]], **overrides: Any) -
     cfg = {**DEFAULTS, **overrides, "layout": lay, "rest_bounds": bounds}
     if cfg["head"] not in HEADS:
         raise ValueError(f"head {cfg['head']!r} must be one of {', '.join(HEADS)}")
+    has_irr = features.offset(lay, "irradiance") is not None
+    if cfg["shading"] is None:
+        cfg["shading"] = has_irr and cfg["head"] == "regressor"
+    if cfg["shading"] and (not has_irr or cfg["head"] != "regressor"):
+        raise ValueError("the shaded head needs the irradiance input and the regressor head")
     return cfg
+
+
+def srgb_encode(lin: torch.Tensor) -> torch.Tensor:
+    """Blender's Standard view: the sRGB curve of linear light (clipped at 0)."""
+    lin = lin.clamp_min(0.0)
+    return torch.where(lin <= 0.0031308, 12.92 * lin,
+                       1.055 * lin.clamp_min(0.0031308) ** (1.0 / 2.4) - 0.055)
 
 
 def _block(cin: int, cout: int) -> nn.Sequential:
@@ -87,6 +103,8 @@ class SkinNet(nn.Module):
         ch = int(cfg["tex_channels"])
         self.use_texture = bool(cfg["use_texture"])
         self.diffusion = cfg["head"] == "diffusion"
+        self.shading = bool(cfg.get("shading"))  # models from before the option: off
+        self.irr_at = features.offset(cfg["layout"], "irradiance")
         self.cond_ch = features.channels(cfg["layout"]) - 6
         if self.use_texture:
             self.tex = nn.ParameterList(nn.Parameter(torch.randn(1, ch, s, s) * 0.01)
@@ -94,7 +112,7 @@ class SkinNet(nn.Module):
             self.grid = nn.ParameterList(nn.Parameter(torch.randn(1, ch, s, s, s) * 0.01)
                                          for s in cfg["grid_sizes"])
         cin = self.cond_ch + (ch if self.use_texture else 0) + (4 if self.diffusion else 0)
-        self.unet = UNet(cin, list(cfg["unet"]))
+        self.unet = UNet(cin, list(cfg["unet"]), 9 if self.shading else 3)
 
     def surface_features(self, x: torch.Tensor) -> torch.Tensor:
         """(N, tex_channels, H, W): the neural texture at the UV where ``has_uv``,
@@ -129,7 +147,21 @@ class SkinNet(nn.Module):
                 raise ValueError("the diffusion head needs x_t and t")
             parts += [x_t, t.reshape(-1, 1, 1, 1).expand(-1, 1, x.shape[2], x.shape[3])]
         out = self.unet(torch.cat(parts, 1))
+        if self.shading:
+            return self.shade(out, x[:, self.irr_at:self.irr_at + 3])
         return out if self.diffusion else out + 0.5
+
+    @staticmethod
+    def shade(out: torch.Tensor, irradiance: torch.Tensor) -> torch.Tensor:
+        """The shaded head: the U-Net's nine channels are an albedo, the light no pass
+        carries (the world's, bounces: a learned ambient) and a bounded residual;
+        the image is the Standard view of albedo x (irradiance + ambient), plus the
+        residual. The scene's lights reach the pixel through the irradiance pass,
+        so a light moved after training moves the shading the way Cycles would."""
+        albedo = torch.sigmoid(out[:, 0:3])
+        ambient = F.softplus(out[:, 3:6] - 2.0)
+        residual = RESIDUAL_RANGE * torch.tanh(out[:, 6:9])
+        return srgb_encode(albedo * (irradiance + ambient)) + residual
 
     def param_groups(self, lr_texture: float, lr_net: float) -> list[dict[str, Any]]:
         """AdamW groups: the textures learn faster than the U-Net (DNR's recipe)."""

@@ -86,9 +86,11 @@ def _project(p: np.ndarray, f: float, size: int) -> np.ndarray:
 
 
 def render(pose: Pose, size: int, tex: np.ndarray, prev: Pose | None = None,
-           nxt: Pose | None = None) -> tuple[dict[str, np.ndarray], np.ndarray]:
+           nxt: Pose | None = None, light_world: np.ndarray = LIGHT_WORLD
+           ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """(passes, beauty uint8 (size, size, 3)) of one frame; ``prev``/``nxt``: the
-    neighbouring frames' poses for the motion pass (zero motion without them)."""
+    neighbouring frames' poses for the motion pass (zero motion without them);
+    ``light_world``: the sun's unit direction (its rays travel along it)."""
     f = 1.1 * size
     jj, ii = np.meshgrid(np.arange(size) + 0.5, np.arange(size) + 0.5)
     d = np.stack([(jj - size / 2) / f, (ii - size / 2) / f, np.ones_like(jj)], -1)
@@ -119,7 +121,7 @@ def render(pose: Pose, size: int, tex: np.ndarray, prev: Pose | None = None,
     checker = (np.floor(rest * 6).sum(-1) % 2 == 0)[..., None]
     albedo = np.where(is_acc[..., None], np.where(checker, [0.9, 0.75, 0.2], [0.15, 0.1, 0.3]),
                       albedo)
-    light = pose.cam.T @ LIGHT_WORLD
+    light = pose.cam.T @ np.asarray(light_world, np.float64)
     ndl = (n_cam * light).sum(-1)
     origin = p + 1e-3 * n_cam
     blocked = np.isfinite(_hit_sphere(light[None, None], acc_c, ACC_R, origin)) & body
@@ -157,6 +159,9 @@ def render(pose: Pose, size: int, tex: np.ndarray, prev: Pose | None = None,
         "view_dir": np.where(on[..., None], view @ world.T, 0).astype(np.float32),
         "light_visibility": np.concatenate(
             [vis[..., None], np.zeros((size, size, 3))], -1).astype(np.float32),
+        # the sun's share of the shading above, on a white surface
+        "irradiance": np.repeat((0.78 * np.clip(ndl, 0, 1) * vis)[..., None], 3,
+                                -1).astype(np.float32),
         "mask": (on * 255).astype(np.uint8),
         "parts": parts,
         "motion": motion,
@@ -166,12 +171,25 @@ def render(pose: Pose, size: int, tex: np.ndarray, prev: Pose | None = None,
     return passes, beauty
 
 
-def dataset(n: int, size: int = 64, seed: int = 0, tex: np.ndarray | None = None
+def random_light(rng: np.random.Generator) -> np.ndarray:
+    """A sun from anywhere on the sphere."""
+    d = rng.normal(size=3)
+    return d / np.linalg.norm(d)
+
+
+def dataset(n: int, size: int = 64, seed: int = 0, tex: np.ndarray | None = None,
+            light: np.ndarray | str = LIGHT_WORLD
             ) -> list[tuple[dict[str, np.ndarray], np.ndarray]]:
-    """``n`` frames at independent random poses (the training set's kind)."""
+    """``n`` frames at independent random poses (the training set's kind); ``light``:
+    the sun's direction, or ``"random"`` for a new one every frame."""
     rng = np.random.default_rng(seed)
     tex = texture() if tex is None else tex
-    return [render(random_pose(rng), size, tex) for _ in range(n)]
+    out = []
+    for _ in range(n):
+        pose = random_pose(rng)
+        sun = random_light(rng) if isinstance(light, str) else light
+        out.append(render(pose, size, tex, light_world=sun))
+    return out
 
 
 def shot(n: int, size: int = 64, seed: int = 0, tex: np.ndarray | None = None,

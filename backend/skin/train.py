@@ -61,6 +61,7 @@ class TrainConfig:
     temporal_drop: float = 0.25
     inputs: tuple[str, ...] = features.DEFAULT_INPUTS
     model: dict[str, Any] = dataclasses.field(default_factory=dict)  # model.DEFAULTS overrides
+    init_from: str | None = None  # a model folder whose network starts this run
     device: str = "cpu"
     minutes: float | None = None
     checkpoint: str | None = None
@@ -181,13 +182,16 @@ class _SigintFlag:
 
 def train(frames: Sequence[Frame], cfg: TrainConfig, *,
           previous: Sequence[int | None] | None = None, resume: bool = False,
-          on_step: Callable[[int, float], None] | None = None) -> TrainResult:
+          on_step: Callable[[int, float], None] | None = None,
+          fingerprint: dict[str, Any] | None = None) -> TrainResult:
     """Train (or with ``resume`` continue from ``cfg.checkpoint``) on ``frames``.
 
     ``previous[i]``: the index of frame i's previous frame in its shot (None at a
     shot's start), for ``cfg.temporal``. ``on_step(step, loss)`` is called after
     each step. Stops at ``cfg.steps``, at the ``cfg.minutes`` budget, or on
-    Ctrl-C, writing the checkpoint each time (when ``cfg.checkpoint`` is set)."""
+    Ctrl-C, writing the checkpoint each time (when ``cfg.checkpoint`` is set).
+    ``fingerprint``: the character the frames show (``cfg.init_from`` keeps its
+    textures only for the same one)."""
     from tqdm.auto import tqdm
 
     if not frames:
@@ -213,7 +217,10 @@ def train(frames: Sequence[Frame], cfg: TrainConfig, *,
     mcfg = state["model_cfg"] if state else model_config(
         lay, features.rest_bounds([f[0] for f in frames]), **cfg.model)
     torch.manual_seed(cfg.seed)
-    net = SkinNet(mcfg).to(cfg.device)
+    net = SkinNet(mcfg)
+    if cfg.init_from and not state:
+        init_from_model(net, cfg.init_from, fingerprint)
+    net = net.to(cfg.device)
     opt = torch.optim.AdamW(net.param_groups(cfg.lr_texture, cfg.lr_net))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg.steps))
     step, losses, elapsed = 0, [], 0.0
@@ -272,6 +279,52 @@ def train(frames: Sequence[Frame], cfg: TrainConfig, *,
               "parameters": sum(p.numel() for p in net.parameters())}
     net.eval()
     return TrainResult(net, mcfg, report, interrupted)
+
+
+def init_from_model(net: SkinNet, folder: str | os.PathLike,
+                    fingerprint: dict[str, Any] | None = None) -> list[str]:
+    """Start ``net`` from another skin model's weights: every tensor of the same name
+    and shape is copied; the U-Net's first convolution takes its weights input by
+    input (a channel the old layout lacks starts at zero, so the copy paints what the
+    old model painted); anything else (a new head) keeps its fresh start. Returns the
+    names copied. This is how a new character (or a new input) begins from what a
+    trained network already knows about shading, instead of from noise.
+
+    ``fingerprint``: the character being trained; when it is not the model's, the
+    neural textures (laid out on that other character's UVs) start fresh."""
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    try:
+        old_cfg = json.loads((folder / "config.json").read_text())
+        old = load_file(str(folder / old_cfg.get("weights", "weights.safetensors")))
+    except (OSError, ValueError, KeyError) as e:
+        raise TrainError(f"--init-from {folder}: cannot read the model ({e}); give a "
+                         "folder train-skin wrote") from None
+    own = net.state_dict()
+    first = "unet.down.0.0.weight"
+    copied = []
+    other = fingerprint is not None and old_cfg.get("fingerprint") != fingerprint
+    with torch.no_grad():
+        for name, value in old.items():
+            if other and name.startswith(("tex.", "grid.")):
+                continue
+            if name in own and own[name].shape == value.shape:
+                own[name].copy_(value)
+                copied.append(name)
+        if first in old and first in own and own[first].shape != old[first].shape:
+            tex = int(net.cfg["tex_channels"]) if net.use_texture else 0
+            w_old, w_new = old[first], own[first]
+            w_new[:, :tex] = w_old[:, :tex]
+            w_new[:, tex:] = 0.0
+            old_lay, new_lay = old_cfg["layout"][2:], net.cfg["layout"][2:]
+            for n, k in old_lay:
+                a, b = features.offset(old_lay, n), features.offset(new_lay, n)
+                if b is not None and int(k) == dict(map(tuple, new_lay))[n]:
+                    w_new[:, tex + b:tex + b + int(k)] = w_old[:, tex + a:tex + a + int(k)]
+            copied.append(first)
+    net.load_state_dict(own)
+    return copied
 
 
 def _diffusion_forward(net: SkinNet, x: torch.Tensor, y: torch.Tensor, seed: int,
@@ -434,6 +487,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-frames", help="folder of held-out .npz frames: the report gets "
                     "the model's and the part-mean baseline's masked PSNR/SSIM on them")
     ap.add_argument("--report-extra", help="JSON file merged into the report")
+    ap.add_argument("--init-from", metavar="MODEL", help="a skin model folder whose "
+                    "network starts this run (what it knows of shading carries over)")
     ap.add_argument("--group-weights", help="the mapping losses: a weight per part group, "
                     "e.g. skin=2,clothes=1,accessory=1 (default: plain reconstruction)")
     a = ap.parse_args(argv)
@@ -463,7 +518,8 @@ def main(argv: list[str] | None = None) -> int:
                           group_weights=groups,
                           temporal=a.temporal, model={"head": a.head,
                                                       "use_texture": not a.no_texture},
-                          device=a.device, minutes=a.minutes, checkpoint=ckpt)
+                          device=a.device, minutes=a.minutes, checkpoint=ckpt,
+                          init_from=a.init_from)
         if a.steps is None and a.resume and Path(ckpt).is_file():
             saved = torch.load(ckpt, map_location="cpu", weights_only=False)
             cfg = dataclasses.replace(cfg, steps=saved["train_cfg"]["steps"])
@@ -472,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
             cfg = dataclasses.replace(cfg, steps=calibrate_steps(frames, cfg, a.minutes,
                                                                  previous=prev))
             print(f"skin: {cfg.steps} steps fit {a.minutes:g} minutes here")
-        res = train(frames, cfg, previous=prev, resume=a.resume)
+        res = train(frames, cfg, previous=prev, resume=a.resume, fingerprint=fingerprint)
     except (TrainError, OSError, ValueError) as e:
         print(f"skin-train: error: {e}", file=sys.stderr)
         return 2

@@ -17,6 +17,7 @@ import numpy as np
 
 from ...core.bonemap import auto_map
 from ...core.passes.encodings import PART_ID, part_of_joint
+from ...core.passes.irradiance import LightEmission
 from ...core.retarget.reference_pose import reference_frames
 from ..retarget.armature_io import read_skeleton
 from .scene_reader import camera_for
@@ -122,11 +123,21 @@ class SceneLight:
     type: str  # SUN, POINT, SPOT, AREA
     position: np.ndarray  # (3,) world
     direction: np.ndarray  # (3,) unit, towards the light (a sun's light travels along -it)
+    color: np.ndarray = field(default_factory=lambda: np.ones(3))  # linear RGB
+    energy: float = 1.0  # a sun's strength, else power in W
+    spot_size: float = np.pi
+    spot_blend: float = 0.0
 
     def to_dict(self) -> dict:
         return {"name": self.name, "type": self.type,
                 "position": [float(x) for x in self.position],
-                "direction": [float(x) for x in self.direction]}
+                "direction": [float(x) for x in self.direction],
+                "color": [float(x) for x in self.color], "energy": float(self.energy)}
+
+    def emission(self) -> LightEmission:
+        """What the irradiance pass needs of this light."""
+        return LightEmission(self.type, self.position, self.direction, self.color,
+                             self.energy, self.spot_size, self.spot_blend)
 
 
 #: Most lights the light_visibility pass carries (one channel each).
@@ -151,7 +162,8 @@ def training_sun() -> SceneLight:
     ry = np.array([[np.cos(y), 0, np.sin(y)], [0, 1, 0], [-np.sin(y), 0, np.cos(y)]])
     rz = np.array([[np.cos(z), -np.sin(z), 0], [np.sin(z), np.cos(z), 0], [0, 0, 1]])
     direction = (rz @ ry @ rx)[:, 2]  # Blender's XYZ Euler: the light looks down its -Z
-    return SceneLight(TRAINING_SUN_NAME, "SUN", np.zeros(3), direction / np.linalg.norm(direction))
+    return SceneLight(TRAINING_SUN_NAME, "SUN", np.zeros(3), direction / np.linalg.norm(direction),
+                      energy=TRAINING_SUN_ENERGY)
 
 
 def scene_lights(scene: bpy.types.Scene) -> list[bpy.types.Object]:
@@ -163,8 +175,13 @@ def scene_lights(scene: bpy.types.Scene) -> list[bpy.types.Object]:
 def light_at(ob: bpy.types.Object) -> SceneLight:
     mw = np.array(ob.matrix_world, np.float64)
     z = mw[:3, 2]
-    return SceneLight(ob.name, ob.data.type, mw[:3, 3].copy(),
-                      z / max(float(np.linalg.norm(z)), 1e-12))
+    data = ob.data
+    spot = data.type == "SPOT"
+    return SceneLight(ob.name, data.type, mw[:3, 3].copy(),
+                      z / max(float(np.linalg.norm(z)), 1e-12),
+                      np.array(data.color[:3], np.float64), float(data.energy),
+                      float(data.spot_size) if spot else np.pi,
+                      float(data.spot_blend) if spot else 0.0)
 
 
 def render_meshes(scene: bpy.types.Scene) -> list[bpy.types.Object]:

@@ -73,7 +73,7 @@ def _cycles_frames(scene, frames: list[int], opts: PassOptions) -> Iterator[tupl
 
     want = set(opts.passes)
     extras = set()
-    if want & {"view_dir", "light_visibility"}:
+    if want & {"view_dir", "light_visibility", "irradiance"}:
         extras.add("position")
     if want & {"rest_position", "uv"}:
         extras.add("canonical")
@@ -109,10 +109,18 @@ def _cycles_canonical(scene: bpy.types.Scene, g: FrameGeometry, arrays: dict,
             view = cam.world[:3, 3] - pos.astype(np.float64)
             view = view / np.maximum(np.linalg.norm(view, axis=-1, keepdims=True), 1e-12)
         arrays["view_dir"] = np.where(m[..., None], view, 0.0).astype(np.float32)
-    if "light_visibility" in want:
+    if want & {"light_visibility", "irradiance"}:
         vis = np.zeros(m.shape + (MAX_LIGHTS,), np.float32)
         vis[..., :len(g.lights)] = ray_light_visibility(scene, pos, m, cam, g.lights)
-        arrays["light_visibility"] = vis
+        if "light_visibility" in want:
+            arrays["light_visibility"] = vis
+        if "irradiance" in want:
+            from ...core.passes.irradiance import irradiance
+
+            irr = np.zeros(m.shape + (3,), np.float32)
+            irr[m] = irradiance(pos[m], arrays["normal_world"][m], vis[m],
+                                [li.emission() for li in g.lights])
+            arrays["irradiance"] = irr
 
 
 def _write_frame(out: Path, f: int, arrays: dict, opts: PassOptions, near: float, far: float,
@@ -172,6 +180,8 @@ def _write_frame(out: Path, f: int, arrays: dict, opts: PassOptions, near: float
         write_exr(path("normal_world", "exr"), arrays["normal_world"], ["X", "Y", "Z"])
     if "view_dir" in want:
         write_exr(path("view_dir", "exr"), arrays["view_dir"], ["X", "Y", "Z"])
+    if "irradiance" in want:
+        write_exr(path("irradiance", "exr"), arrays["irradiance"], ["R", "G", "B"])
     if "light_visibility" in want:
         write_exr(path("light_visibility", "exr"), arrays["light_visibility"],
                   ["R", "G", "B", "A"])

@@ -94,6 +94,9 @@ class PS_PassesSettings(bpy.types.PropertyGroup):
     use_light_visibility: BoolProperty(name="Light Visibility", default=False,
                                        description="Per scene light (up to 4): whether the "
                                                    "surface sees it (cast shadows)")
+    use_irradiance: BoolProperty(name="Irradiance", default=False,
+                                 description="The scene lights' direct light on a white "
+                                             "surface (Cycles' Diffuse Direct), shadowed")
 
     def options(self, scene: bpy.types.Scene) -> PassOptions:
         chosen = tuple(p for p in PASSES if getattr(self, f"use_{p}", False))

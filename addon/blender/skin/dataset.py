@@ -1,8 +1,10 @@
 """A character's training set for its skin model: what self-reconstruction learns from.
 
-The character moves through generated motions (``addon/motion/__init__.py``) while a camera orbits
-it (a new random orbit, distance, height and focal length per clip); every frame gets a
-Cycles render (fixed world lighting, a few samples + denoising) and the fast engine's
+The character moves through generated motions (``addon/motion/__init__.py``) and windows
+of real mocap files, while a camera orbits it (a new random orbit, distance, height and
+focal length per clip), under the scene's lights or, every other clip, a random light rig
+(``lights="varied"``); every frame gets a
+Cycles render (the world fixed, a few samples + denoising) and the fast engine's
 passes of the same frame, saved as one ``.npz`` per frame (the passes by name plus
 ``beauty``), the format ``backend/skin/train.py`` reads. Frames already on disk are kept,
 so a re-run (or a longer training) reuses the renders. Held out: the ``wave`` motion,
@@ -28,10 +30,14 @@ from ..passes.beauty import beauty_settings, render_beauty  # noqa: F401 (the tr
 from ..passes.geometry import ShotGeometry
 from ..passes.render import PassOptions, iter_frames
 
-DATASET_VERSION = 2  # 2: the motions since the torso chains (a cache key holds no code)
+DATASET_VERSION = 3  # 3: the irradiance pass (a cache key holds no code)
 # What the skin model reads (skeleton is not needed: the geometry is all here).
 PASSES = ("depth", "normal", "mask", "parts", "motion", "rest_position", "uv",
-          "normal_world", "view_dir", "light_visibility")
+          "normal_world", "view_dir", "light_visibility", "irradiance")
+#: Mocap files a clip may name instead of a generated motion (its seed is then the
+#: window's first frame, at the set's fps).
+MOTION_SUFFIXES = (".bvh", ".fbx", ".glb", ".gltf")
+LIGHT_RIGS = ("scene", "varied")
 # (motion kind, seed): the training motions; "wave" is kept out for evaluation. The
 # range-of-motion takes ("rom", as a mocap session's calibration clip) show the arms
 # raised, lit from above, which no gait shows: without them the demo's wave painted the
@@ -66,6 +72,10 @@ class DatasetSpec:
     samples: int = 16
     seed: int = 0
     fps: float = 24.0
+    # "scene": every clip under the scene's lights; "varied": every other clip under a
+    # random rig instead (1-3 suns and maybe a lamp, any side, tinted), so the model
+    # learns to paint by the irradiance pass rather than remember one rig.
+    lights: str = "scene"
 
     def key(self, fingerprint: dict) -> str:
         text = json.dumps({"v": DATASET_VERSION, "spec": asdict(self), "fp": fingerprint},
@@ -92,6 +102,107 @@ class Orbit:
                    distance=float(rng.uniform(0.8, 1.7)),
                    lens=float(rng.uniform(30, 85)),
                    aim_height=float(rng.uniform(0.3, 0.75)))
+
+
+@dataclass(frozen=True)
+class RigLight:
+    """One light of a random training rig (world space, pointing at the character)."""
+
+    type: str  # SUN or POINT
+    azimuth: float  # radians about Z, where the light comes from
+    elevation: float  # radians above the horizon
+    color: tuple[float, float, float]
+    energy: float  # a sun's strength, a lamp's watts
+    distance: float = 0.0  # a lamp's, in character heights
+
+    @classmethod
+    def random_rig(cls, rng: np.random.Generator) -> list[RigLight]:
+        """A key from any side (behind the character as often as in front), maybe a
+        fill and a rim, maybe a lamp; tints from warm to cool."""
+
+        def tint(sat: float) -> tuple[float, float, float]:
+            hue = rng.uniform(0, 1, 3)
+            c = 1.0 - sat * hue
+            return tuple(float(x) for x in c / c.max())
+
+        key_az = rng.uniform(0, 2 * math.pi)
+        rig = [cls("SUN", key_az, rng.uniform(math.radians(10), math.radians(75)),
+                   tint(rng.uniform(0, 0.4)), float(rng.uniform(1.5, 5.0)))]
+        if rng.random() < 0.6:
+            side = rng.uniform(0.5, 1.5) * rng.choice([-1, 1]) * math.pi / 2
+            rig.append(cls("SUN", key_az + side, rng.uniform(0, math.radians(50)),
+                           tint(rng.uniform(0, 0.6)), float(rng.uniform(0.3, 1.5))))
+        if rng.random() < 0.4:
+            rig.append(cls("SUN", key_az + math.pi + rng.uniform(-0.6, 0.6),
+                           rng.uniform(math.radians(5), math.radians(45)),
+                           tint(rng.uniform(0, 0.5)), float(rng.uniform(0.5, 3.0))))
+        if rng.random() < 0.3:
+            rig.append(cls("POINT", rng.uniform(0, 2 * math.pi),
+                           rng.uniform(math.radians(-10), math.radians(60)),
+                           tint(rng.uniform(0, 0.6)), float(rng.uniform(50, 400)),
+                           float(rng.uniform(0.8, 2.0))))
+        return rig
+
+
+def is_motion_file(kind: str) -> bool:
+    return kind.lower().endswith(MOTION_SUFFIXES)
+
+
+def motion_windows(paths: list[str] | tuple[str, ...], frames_per_clip: int, fps: float,
+                   per_file: int = 3) -> tuple[tuple[str, int], ...]:
+    """Clips of real mocap: up to ``per_file`` windows of ``frames_per_clip`` frames
+    spread over each file (a BVH's length is read from its header; other formats get
+    one window from the start)."""
+    out: list[tuple[str, int]] = []
+    for p in paths:
+        path = str(Path(p).resolve())
+        n = 1
+        if path.lower().endswith(".bvh"):
+            seconds = _bvh_seconds(Path(path))
+            n = int(max(1, min(per_file, seconds * fps // max(frames_per_clip, 1))))
+            span = max(seconds * fps - frames_per_clip, 0)
+            out += [(path, int(span * k / max(n - 1, 1))) for k in range(n)]
+        else:
+            out.append((path, 0))
+    return tuple(out)
+
+
+def _bvh_seconds(path: Path) -> float:
+    frames, frame_time = 0, 1.0 / 30.0
+    with path.open("r", errors="replace") as fh:
+        for line in fh:
+            low = line.strip().lower()
+            if low.startswith("frames:"):
+                frames = int(low.split(":")[1])
+            elif low.startswith("frame time:"):
+                frame_time = float(low.split(":")[1])
+                break
+    return frames * frame_time
+
+
+def _add_rig(scene: bpy.types.Scene, rig: list[RigLight], centre: np.ndarray,
+             height: float) -> list[bpy.types.Object]:
+    """Link ``rig``'s lights into ``scene`` (a lamp placed about the character)."""
+    from mathutils import Vector
+
+    made = []
+    for k, li in enumerate(rig):
+        data = bpy.data.lights.new(f"SkinRig{k}", li.type)
+        data.energy, data.color = li.energy, li.color
+        if li.type == "SUN":
+            data.angle = math.radians(2.0)
+        else:
+            data.shadow_soft_size = 0.05
+        ob = bpy.data.objects.new(f"SkinRig{k}", data)
+        towards = np.array([math.cos(li.elevation) * math.sin(li.azimuth),
+                            -math.cos(li.elevation) * math.cos(li.azimuth),
+                            math.sin(li.elevation)])
+        ob.location = Vector((centre + towards * max(li.distance, 1.0) * height).tolist())
+        ob.rotation_mode = "QUATERNION"
+        ob.rotation_quaternion = Vector((-towards).tolist()).to_track_quat("-Z", "Y")
+        scene.collection.objects.link(ob)
+        made.append(ob)
+    return made
 
 
 def character_meshes(arm: bpy.types.Object) -> list[bpy.types.Object]:
@@ -212,6 +323,11 @@ def build_dataset(arm: bpy.types.Object, folder: Path, spec: DatasetSpec,
     total, done, rendered = len(spec.clips) * spec.frames_per_clip, 0, 0
     rng = np.random.default_rng(spec.seed)
     orbits = [Orbit.random(rng) for _ in spec.clips]
+    rig_rng = np.random.default_rng([spec.seed, 7])
+    rigs = [RigLight.random_rig(rig_rng) if spec.lights == "varied" and ci % 2 else None
+            for ci in range(len(spec.clips))]
+    own_lights = [(o, o.hide_render) for o in scene.objects if o.type == "LIGHT"]
+    scene.render.fps, scene.render.fps_base = round(spec.fps), round(spec.fps) / spec.fps
     try:
         with tempfile.TemporaryDirectory(prefix="painted-skin-clips-") as tmp:
             for ci, ((kind, seed), orbit) in enumerate(zip(spec.clips, orbits, strict=True)):
@@ -222,9 +338,14 @@ def build_dataset(arm: bpy.types.Object, folder: Path, spec: DatasetSpec,
                     if progress:
                         progress(done, total)
                     continue
-                clip = motion.write_clip(Path(tmp) / f"{kind}_{seed}.bvh", kind,
-                                         frames=spec.frames_per_clip, fps=spec.fps, seed=seed)
-                retarget_clip(clip, arm)
+                if is_motion_file(kind):  # real mocap from frame ``seed`` on
+                    retarget_clip(kind, arm, set_scene=False, fps=spec.fps,
+                                  frame_start=1 - seed)
+                else:
+                    clip = motion.write_clip(Path(tmp) / f"{kind}_{seed}.bvh", kind,
+                                             frames=spec.frames_per_clip, fps=spec.fps,
+                                             seed=seed)
+                    retarget_clip(clip, arm)
                 scene.frame_start, scene.frame_end = 1, spec.frames_per_clip
                 cam.animation_data_clear()
                 cam_data.animation_data_clear()
@@ -234,27 +355,54 @@ def build_dataset(arm: bpy.types.Object, folder: Path, spec: DatasetSpec,
                     _place_camera(cam, orbit, (f - 1) / max(spec.frames_per_clip - 1, 1),
                                   centre, height)
                     _key_camera(cam, f)
-                geo = ShotGeometry(scene, spec.size, spec.size)
-                opts = PassOptions(frames=range(1, spec.frames_per_clip + 1), width=spec.size,
-                                   height=spec.size, engine="fast", passes=PASSES)
-                passes = {f: arrays for f, _, arrays, _ in iter_frames(scene, geo, opts, todo)}
-                with beauty_settings(scene, spec.size, spec.samples):
-                    for f in todo:
-                        if cancelled is not None and cancelled():
-                            raise KeyboardInterrupt
-                        beauty = _render_unless_stopped(scene, f, folder, cancelled)
-                        _save_frame(frame_file(folder, ci, f), passes[f], beauty)
-                        rendered += 1
-                        done += 1
-                        if progress:
-                            progress(done, total)
+                rig_lights = []
+                if rigs[ci] is not None:
+                    scene.frame_set(1)
+                    rig_lights = _add_rig(scene, rigs[ci], *_body_centre(meshes))
+                    for o, _ in own_lights:
+                        o.hide_render = True
                 done += spec.frames_per_clip - len(todo)
+
+                def tick() -> None:
+                    nonlocal done
+                    done += 1
+                    if progress:
+                        progress(done, total)
+
+                try:
+                    rendered += _render_clip(scene, folder, ci, spec, todo, cancelled, tick)
+                finally:
+                    for o in rig_lights:
+                        data = o.data
+                        bpy.data.objects.remove(o)
+                        bpy.data.lights.remove(data)
+                    for o, hidden in own_lights:
+                        o.hide_render = hidden
     finally:
         scene.camera = old_camera
         scene.frame_start, scene.frame_end = old_range
         bpy.data.objects.remove(cam)
         bpy.data.cameras.remove(cam_data)
     return DatasetResult(folder, total, rendered, fingerprint, uv_report(arm))
+
+
+def _render_clip(scene: bpy.types.Scene, folder: Path, ci: int, spec: DatasetSpec,
+                 todo: list[int], cancelled: Callable[[], bool] | None,
+                 tick: Callable[[], None]) -> int:
+    """Passes and beauty of one clip's frames ``todo`` (its motion, camera and lights
+    set); ``tick`` after each frame saved. Returns the frames rendered."""
+    geo = ShotGeometry(scene, spec.size, spec.size)
+    opts = PassOptions(frames=range(1, spec.frames_per_clip + 1), width=spec.size,
+                       height=spec.size, engine="fast", passes=PASSES)
+    passes = {f: arrays for f, _, arrays, _ in iter_frames(scene, geo, opts, todo)}
+    with beauty_settings(scene, spec.size, spec.samples):
+        for f in todo:
+            if cancelled is not None and cancelled():
+                raise KeyboardInterrupt
+            beauty = _render_unless_stopped(scene, f, folder, cancelled)
+            _save_frame(frame_file(folder, ci, f), passes[f], beauty)
+            tick()
+    return len(todo)
 
 
 def _render_unless_stopped(scene: bpy.types.Scene, frame: int, folder: Path,

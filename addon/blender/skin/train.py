@@ -35,6 +35,8 @@ DEFAULT_MINUTES = 20.0
 MAX_SAMPLES = 4096
 MAX_FRAMES_PER_CLIP = 10_000
 TRAINER_MODULE = "painted_skin.backend.skin.train"  # run in the backend's Python
+#: The embedded model: the network a user's own character starts from.
+EMBEDDED_MODEL = Path(__file__).resolve().parents[3] / "rigs" / "skin_models" / "demo"
 
 
 @dataclass
@@ -52,6 +54,12 @@ class TrainRequest:
     steps: int | None = None
     seed: int = 0
     temporal: bool = False
+    lights: str = "varied"  # dataset.LIGHT_RIGS
+    motions: tuple[str, ...] = ()  # real mocap files to train on too
+    # a skin model folder whose network starts training; None: the embedded model for
+    # a character of the user's own (its shading carries over), nothing for the demo;
+    # "none": from scratch
+    init_from: str | None = None
 
     def problems(self) -> list[str]:
         """What keeps this request from running, one line each ([]: none): checked before
@@ -72,10 +80,30 @@ class TrainRequest:
             bad.append(f"--size {self.size}: use 128 or 256 (64 and 512 also work)")
         if not re.fullmatch(r"cpu|cuda(:\d+)?|mps", self.device):
             bad.append(f"--device {self.device!r}: use cpu, cuda (or cuda:N) or mps")
+        if self.lights not in D.LIGHT_RIGS:
+            bad.append(f"--lights {self.lights}: use {' or '.join(D.LIGHT_RIGS)}")
+        bad += [f"--motion {m}: no such file (give a .bvh, .fbx, .glb or .gltf clip)"
+                for m in self.motions if not Path(m).is_file()]
+        bad += [f"--motion {m}: not a mocap clip (give a .bvh, .fbx, .glb or .gltf)"
+                for m in self.motions if Path(m).is_file() and not D.is_motion_file(m)]
+        if self.init_from not in (None, "none") and \
+                not (Path(self.init_from) / "config.json").is_file():
+            bad.append(f"--init-from {self.init_from}: not a skin model folder (no "
+                       "config.json); give one train-skin wrote, e.g. rigs/skin_models/demo")
         if self.resume and not self.checkpoint().is_file():
             bad.append(f"--resume: no checkpoint at {self.checkpoint()} (train without "
                        "--resume to start a new model)")
         return bad
+
+    def start_from(self) -> Path | None:
+        """The model whose network this run starts from (see ``init_from``)."""
+        if self.init_from == "none":
+            return None
+        if self.init_from:
+            return Path(self.init_from)
+        prior = EMBEDDED_MODEL
+        return prior if self.character != "demo" and (prior / "config.json").is_file() \
+            else None
 
     def checkpoint(self) -> Path:
         """Where the trainer keeps its checkpoint (its default: beside the model folder)."""
@@ -105,7 +133,21 @@ def trainer_command(req: TrainRequest, python: str, train_dir: Path, held_dir: P
         cmd.append("--resume")
     if req.temporal:
         cmd.append("--temporal")
+    start = req.start_from()
+    if start is not None:
+        cmd += ["--init-from", str(start.resolve())]
     return cmd
+
+
+def dataset_specs(req: TrainRequest) -> tuple[D.DatasetSpec, D.DatasetSpec]:
+    """(training, held-out) renders of ``req``: the generated motions plus windows of
+    its real clips; held out, the generated wave under the scene's lights."""
+    clips = D.TRAIN_CLIPS + D.motion_windows(req.motions, req.frames_per_clip, 24.0)
+    spec = D.DatasetSpec(size=req.size, frames_per_clip=req.frames_per_clip, clips=clips,
+                         samples=req.samples, seed=req.seed, lights=req.lights)
+    held = D.DatasetSpec(size=req.size, frames_per_clip=max(12, req.frames_per_clip // 2),
+                         clips=D.HELD_OUT_CLIPS, samples=req.samples, seed=req.seed + 1000)
+    return spec, held
 
 
 def ensure_lighting(scene: bpy.types.Scene) -> None:
@@ -266,10 +308,12 @@ def _train_skin(req: TrainRequest, progress=None,
     for name in D.uv_report(arm):
         print(f"train-skin: mesh {name!r} has no UV map: its skin is learned from its rest "
               "positions (a 3-D feature grid) instead", file=sys.stderr)
-    spec = D.DatasetSpec(size=req.size, frames_per_clip=req.frames_per_clip,
-                         samples=req.samples, seed=req.seed)
-    held = D.DatasetSpec(size=req.size, frames_per_clip=max(12, req.frames_per_clip // 2),
-                         clips=D.HELD_OUT_CLIPS, samples=req.samples, seed=req.seed + 1000)
+    spec, held = dataset_specs(req)
+    start = req.start_from()
+    if start is not None and req.init_from is None:
+        print(f"train-skin: starting from the embedded model's network ({start}): what it "
+              "learned of shading carries over; --init-from none starts from scratch",
+              file=sys.stderr)
     train_dir = D.dataset_folder(req.cache, spec, fingerprint)
     held_dir = D.dataset_folder(req.cache, held, fingerprint)
     for what, sp, folder in (("training", spec, train_dir), ("held-out", held, held_dir)):

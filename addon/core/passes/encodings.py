@@ -88,8 +88,14 @@ CONVENTIONS = {
                         "(a side facing away from the light never sees it), else 0; 0 where "
                         "empty. Fast engine: shadow maps (errors within ~a shadow-map texel "
                         "of shadow edges); cycles engine: ray traced (exact)",
-    "lights": "per light: name, type (SUN, POINT, SPOT, AREA), world position, and world "
-              "direction towards the light (a sun's light travels along -direction); "
+    "irradiance": "EXR float32 R,G,B linear: the lights' direct diffuse light on a white "
+                  "surface (Cycles' Diffuse Direct pass: a sun of strength S gives S/pi at "
+                  "normal incidence, a point light of P watts P/(4 pi^2 d^2)), times each "
+                  "light's colour and light_visibility; 0 where empty. World light and "
+                  "bounces are not in it",
+    "lights": "per light: name, type (SUN, POINT, SPOT, AREA), world position, world "
+              "direction towards the light (a sun's light travels along -direction), "
+              "linear colour and energy (a sun's strength, else watts); "
               "the manifest gives them at the scene's first frame, camera/####.json per frame",
 }
 

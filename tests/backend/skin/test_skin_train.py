@@ -14,14 +14,6 @@ from painted_skin.backend.skin import testing as X  # noqa: E402
 from painted_skin.backend.skin import train as T  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _two_threads():
-    old = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(old)
-
-
 def test_learns_the_texture_better_than_part_mean_colours() -> None:
     res, data = X.train_tiny(steps=80)
     held_out = S.dataset(6, 48, seed=99)  # other poses and cameras

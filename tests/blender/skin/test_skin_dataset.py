@@ -53,6 +53,38 @@ def test_dataset_pairs_cycles_renders_with_passes_and_is_reused(demo_arm, tmp_pa
     assert bpy_clean_scene_has_no_dataset_camera()
 
 
+def test_varied_rigs_light_every_other_clip_anew_and_put_the_scene_back(demo_arm, tmp_path,
+                                                                      shared_data):
+    """Each odd clip renders under a random light rig, and its irradiance pass follows
+    that rig; the scene's own lights come back as they were; a real mocap file is a clip."""
+    import bpy
+    from painted_skin.addon.blender.skin import dataset as D
+
+    own = {o.name: o.hide_render for o in bpy.data.objects if o.type == "LIGHT"}
+    clip = shared_data / "bvh" / "cmu_motionbuilder_friendly" / "02_01.bvh"
+    windows = D.motion_windows([str(clip)], 3, 24.0, per_file=2)
+    assert [w[0] for w in windows] == [str(clip.resolve())] * 2 and windows[0][1] == 0
+    assert 0 < windows[1][1] <= 2.86 * 24
+    spec = D.DatasetSpec(size=48, frames_per_clip=3, clips=(("walk", 0), windows[1]),
+                         samples=2, lights="varied")
+    folder = D.dataset_folder(tmp_path, spec, D.character_fingerprint(demo_arm))
+    assert folder != D.dataset_folder(tmp_path, D.DatasetSpec(
+        size=48, frames_per_clip=3, clips=spec.clips, samples=2),
+        D.character_fingerprint(demo_arm))
+    D.build_dataset(demo_arm, folder, spec)
+    assert {o.name: o.hide_render for o in bpy.data.objects if o.type == "LIGHT"} == own
+    assert not [o for o in bpy.data.objects if o.name.startswith("SkinRig")]
+    assert not [d for d in bpy.data.lights if d.name.startswith("SkinRig")]
+    # The scene's sun, then the random rig: the light on the character changes.
+    for c in (0, 1):
+        with np.load(folder / f"{c:02d}_0002.npz") as z:
+            m = z["mask"] > 0
+            irr = z["irradiance"].astype(np.float32)[m]
+            assert m.any() and np.isfinite(irr).all() and irr.max() > 0.05
+    rig = D.RigLight.random_rig(np.random.default_rng([0, 7]))
+    assert 1 <= len(rig) <= 4
+
+
 def bpy_clean_scene_has_no_dataset_camera() -> bool:
     import bpy
 
@@ -107,6 +139,8 @@ def test_train_skin_refuses_bad_input_in_one_line(case, tmp_path, capsys):
     (["--size", "100"], "--size"), (["--resume"], "no checkpoint"),
     (["--out", "/proc/painted-skin-x"], "--out"), (["--out", "{file}/sub"], "--out"),
     (["--cache", "{file}"], "--cache"),
+    (["--motion", "/nonexistent/clip.bvh"], "--motion"), (["--motion", "{file}"], "--motion"),
+    (["--init-from", "{file}"], "--init-from"),
 ])
 def test_train_skin_checks_every_argument_before_a_frame_renders(argv, word, tmp_path,
                                                                 capsys, monkeypatch):

@@ -1,0 +1,102 @@
+"""The irradiance pass is the light Cycles puts on the surface: each light's colour,
+strength, distance, cone and cast shadows, as Cycles' Diffuse Direct pass holds it.
+The skin model paints albedo times this pass, so a light the user moves or recolours
+must change it exactly as it changes the render."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from test_canonical_passes import _camera, _plane, run_engines
+
+
+def _cycles_diffuse_direct(bpy, tmp_path, size: int) -> np.ndarray:
+    from painted_skin.addon.blender.passes.image_io import read_exr_layers
+
+    scene = bpy.context.scene
+    scene.render.engine = "CYCLES"
+    scene.cycles.samples = 64
+    scene.cycles.use_denoising = False
+    scene.render.resolution_x = scene.render.resolution_y = size
+    scene.render.resolution_percentage = 100
+    vl = scene.view_layers[0]
+    vl.use_pass_diffuse_direct = True
+    scene.render.image_settings.media_type = "MULTI_LAYER_IMAGE"
+    scene.render.filepath = str(tmp_path / "ref.exr")
+    bpy.ops.render.render(write_still=True)
+    layers = read_exr_layers(tmp_path / "ref.exr")
+    return np.stack([layers[f"{vl.name}.Diffuse Direct.{c}"] for c in "RGB"], -1)
+
+
+def _lit_scene(bpy):
+    """A floor, a box casting a shadow on it, an orange sun and a blue point lamp."""
+    _plane(bpy, "floor", 6.0)
+    bpy.ops.mesh.primitive_cube_add(size=0.6, location=(0.0, 0.0, 0.8))
+    sun = bpy.data.objects.new("A_sun", bpy.data.lights.new("A_sun", "SUN"))
+    sun.data.energy, sun.data.color, sun.data.angle = 2.0, (1.0, 0.6, 0.3), 0.0
+    sun.rotation_euler = (-0.5, -0.3, 0.0)
+    lamp = bpy.data.objects.new("B_lamp", bpy.data.lights.new("B_lamp", "POINT"))
+    lamp.data.energy, lamp.data.color, lamp.data.shadow_soft_size = 150.0, (0.3, 0.5, 1.0), 0.0
+    lamp.location = (0.9, -0.6, 1.6)
+    for ob in (sun, lamp):
+        bpy.context.scene.collection.objects.link(ob)
+    world = bpy.data.worlds.new("black")
+    world.color = (0.0, 0.0, 0.0)
+    if world.node_tree is not None:  # a new world's Background node is grey: no world light
+        world.node_tree.nodes["Background"].inputs["Strength"].default_value = 0.0
+    bpy.context.scene.world = world
+    _camera(bpy, (2.2, -4.5, 4.0), target=(0.0, 0.0, 0.3))
+    return sun, lamp
+
+
+def _agreement(irr: np.ndarray, ref: np.ndarray, mask: np.ndarray) -> float:
+    """Share of covered pixels within 10 % (or 0.02 absolute) of Cycles."""
+    a, b = irr[mask].astype(np.float64), ref[mask].astype(np.float64)
+    ok = np.abs(a - b) <= np.maximum(0.1 * np.abs(b), 0.02)
+    return float(ok.all(axis=1).mean())
+
+
+def test_irradiance_matches_cycles_diffuse_direct_and_follows_a_moved_light(bpy_clean,
+                                                                          tmp_path):
+    bpy = bpy_clean
+    sun, lamp = _lit_scene(bpy)
+    for turn in (0.0, math.radians(140.0)):  # the lights turned about Z, as a user would
+        sun.rotation_euler = (-0.5, -0.3, turn)
+        c, s = math.cos(turn), math.sin(turn)
+        lamp.location = (0.9 * c + 0.6 * s, 0.9 * s - 0.6 * c, 1.6)
+        out = run_engines(bpy.context.scene, [1], (96, 96), passes=("depth", "mask", "irradiance"))
+        ref = _cycles_diffuse_direct(bpy, tmp_path, 96)
+        for engine, bar in (("cycles", 0.9), ("fast", 0.9)):
+            a = out[engine][1][1]
+            m = a["mask"] > 0
+            # Cycles' edges blend floor and box: compare away from them.
+            d = np.where(m, a["depth"], 0.0)
+            inner = m.copy()
+            inner[1:-1, 1:-1] &= (np.abs(np.diff(d, axis=0))[1:, 1:-1] < 0.05) \
+                & (np.abs(np.diff(d, axis=1))[1:-1, 1:] < 0.05)
+            assert _agreement(a["irradiance"], ref, inner) >= bar, (engine, turn)
+        # Both colours are there: the sun's warm light and the lamp's cool one.
+        lit = out["fast"][1][1]["irradiance"][m]
+        assert lit[:, 0].max() > 0.2 and lit[:, 2].max() > 0.2
+
+
+def test_irradiance_is_zero_in_shadow_and_off_the_character(bpy_clean):
+    bpy = bpy_clean
+    sun, lamp = _lit_scene(bpy)
+    lamp.hide_render = True
+    out = run_engines(bpy.context.scene, [1], (64, 64),
+                      passes=("depth", "mask", "light_visibility", "irradiance"),
+                      engines=("fast",))
+    a = out["fast"][1][1]
+    m = a["mask"] > 0
+    assert np.all(a["irradiance"][~m] == 0)
+    shadow = m & (a["light_visibility"][..., 0] < 0.5)
+    assert shadow.any() and np.all(a["irradiance"][shadow] == 0)
+    lit = m & (a["light_visibility"][..., 0] > 0.5)
+    # The floor faces up: a sun of 2 at angle theta gives 2 / pi * cos(theta) there.
+    sun_dir = np.array(sun.matrix_world)[:3, 2]
+    expect = 2.0 / math.pi * sun_dir[2] * np.array([1.0, 0.6, 0.3])
+    floor = lit & (np.abs(a["irradiance"][..., 0] - expect[0]) < 1e-3)
+    assert floor.mean() > 0.3
+    np.testing.assert_allclose(a["irradiance"][floor][0], expect, rtol=1e-3)
