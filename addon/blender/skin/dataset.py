@@ -181,11 +181,11 @@ def _bvh_seconds(path: Path) -> float:
 
 
 def _add_rig(scene: bpy.types.Scene, rig: list[RigLight], centre: np.ndarray,
-             height: float) -> list[bpy.types.Object]:
-    """Link ``rig``'s lights into ``scene`` (a lamp placed about the character)."""
+             height: float, made: list[bpy.types.Object]) -> None:
+    """Link ``rig``'s lights into ``scene`` (a lamp placed about the character), each
+    appended to ``made`` as soon as it exists (the caller removes them, even midway)."""
     from mathutils import Vector
 
-    made = []
     for k, li in enumerate(rig):
         data = bpy.data.lights.new(f"SkinRig{k}", li.type)
         data.energy, data.color = li.energy, li.color
@@ -200,9 +200,8 @@ def _add_rig(scene: bpy.types.Scene, rig: list[RigLight], centre: np.ndarray,
         ob.location = Vector((centre + towards * max(li.distance, 1.0) * height).tolist())
         ob.rotation_mode = "QUATERNION"
         ob.rotation_quaternion = Vector((-towards).tolist()).to_track_quat("-Z", "Y")
-        scene.collection.objects.link(ob)
         made.append(ob)
-    return made
+        scene.collection.objects.link(ob)
 
 
 def character_meshes(arm: bpy.types.Object) -> list[bpy.types.Object]:
@@ -327,6 +326,7 @@ def build_dataset(arm: bpy.types.Object, folder: Path, spec: DatasetSpec,
     rigs = [RigLight.random_rig(rig_rng) if spec.lights == "varied" and ci % 2 else None
             for ci in range(len(spec.clips))]
     own_lights = [(o, o.hide_render) for o in scene.objects if o.type == "LIGHT"]
+    old_fps = scene.render.fps, scene.render.fps_base
     scene.render.fps, scene.render.fps_base = round(spec.fps), round(spec.fps) / spec.fps
     try:
         with tempfile.TemporaryDirectory(prefix="painted-skin-clips-") as tmp:
@@ -355,12 +355,6 @@ def build_dataset(arm: bpy.types.Object, folder: Path, spec: DatasetSpec,
                     _place_camera(cam, orbit, (f - 1) / max(spec.frames_per_clip - 1, 1),
                                   centre, height)
                     _key_camera(cam, f)
-                rig_lights = []
-                if rigs[ci] is not None:
-                    scene.frame_set(1)
-                    rig_lights = _add_rig(scene, rigs[ci], *_body_centre(meshes))
-                    for o, _ in own_lights:
-                        o.hide_render = True
                 done += spec.frames_per_clip - len(todo)
 
                 def tick() -> None:
@@ -369,7 +363,13 @@ def build_dataset(arm: bpy.types.Object, folder: Path, spec: DatasetSpec,
                     if progress:
                         progress(done, total)
 
+                rig_lights: list[bpy.types.Object] = []
                 try:
+                    if rigs[ci] is not None:
+                        scene.frame_set(1)
+                        for o, _ in own_lights:
+                            o.hide_render = True
+                        _add_rig(scene, rigs[ci], *_body_centre(meshes), rig_lights)
                     rendered += _render_clip(scene, folder, ci, spec, todo, cancelled, tick)
                 finally:
                     for o in rig_lights:
@@ -381,6 +381,7 @@ def build_dataset(arm: bpy.types.Object, folder: Path, spec: DatasetSpec,
     finally:
         scene.camera = old_camera
         scene.frame_start, scene.frame_end = old_range
+        scene.render.fps, scene.render.fps_base = old_fps
         bpy.data.objects.remove(cam)
         bpy.data.cameras.remove(cam_data)
     return DatasetResult(folder, total, rendered, fingerprint, uv_report(arm))
