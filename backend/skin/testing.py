@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,3 +33,17 @@ def train_tiny(folder: str | Path | None = None, *, temporal: bool = False, size
     if folder is not None:
         export.export_model(res.net, res.model_cfg, folder, synthetic.FINGERPRINT, res.report)
     return res, data
+
+
+@contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """torch on ``n`` threads for the duration (tests: the CI machine's cores, not
+    whatever torch would pick), then as it was."""
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)

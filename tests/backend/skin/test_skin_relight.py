@@ -14,8 +14,14 @@ from painted_skin.backend.skin import synthetic as S  # noqa: E402
 from painted_skin.backend.skin import testing as X  # noqa: E402
 from painted_skin.backend.skin import train as T  # noqa: E402
 
-WITHOUT_IRRADIANCE = tuple(n for n in F.DEFAULT_INPUTS if n != "irradiance")
 
+@pytest.fixture(autouse=True)
+def _two_threads():
+    with X.torch_threads(2):
+        yield
+
+
+WITHOUT_IRRADIANCE = tuple(n for n in F.DEFAULT_INPUTS if n != "irradiance")
 
 
 def test_a_model_with_the_irradiance_pass_follows_lights_it_never_saw() -> None:

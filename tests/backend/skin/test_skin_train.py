@@ -14,6 +14,12 @@ from painted_skin.backend.skin import testing as X  # noqa: E402
 from painted_skin.backend.skin import train as T  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _two_threads():
+    with X.torch_threads(2):
+        yield
+
+
 def test_learns_the_texture_better_than_part_mean_colours() -> None:
     res, data = X.train_tiny(steps=80)
     held_out = S.dataset(6, 48, seed=99)  # other poses and cameras
