@@ -668,6 +668,7 @@ def test_a_skin_frame_it_cannot_paint_is_bad_array_not_a_bug(serve, client, capl
     passes["light_visibility"] = np.zeros((32, 32, features.NUM_LIGHTS), np.uint8)
     passes["normal_world"] = np.zeros((32, 32, 3), np.float16)
     passes["view_dir"] = np.zeros((32, 32, 3), np.float16)
+    passes["irradiance"] = np.zeros((32, 32, 3), np.float16)
     for name, value in change.items():
         if value is None:
             passes.pop(name)
