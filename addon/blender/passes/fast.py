@@ -103,7 +103,7 @@ def _canonical_passes(geo: ShotGeometry, g: FrameGeometry, frag: Fragments,
                       want: set[str]) -> dict[str, np.ndarray]:
     """rest_position, uv, view_dir and light_visibility from the frame's fragments."""
     from ...core.passes.irradiance import irradiance
-    from ...core.passes.shadow import Light, light_visibility
+    from ...core.passes.shadow import light_visibility
 
     out: dict[str, np.ndarray] = {}
     cam, m = g.camera, frag.mask
@@ -135,7 +135,7 @@ def _canonical_passes(geo: ShotGeometry, g: FrameGeometry, frag: Fragments,
         ng = np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0])
         ng /= np.maximum(np.linalg.norm(ng, axis=1), 1e-30)[:, None]
         ng *= np.where(np.einsum("ij,ij->i", ng, view) < 0, -1.0, 1.0)[:, None]
-        lights = [Light(li.type, li.position, li.direction) for li in g.lights]
+        lights = [li.emission() for li in g.lights]
         vis = np.zeros((len(p), MAX_LIGHTS), np.float32)
         vis[:, :len(lights)] = light_visibility(p, ng, g.positions, geo.tris, lights,
                                                 shadow_resolution(cam))
@@ -144,8 +144,7 @@ def _canonical_passes(geo: ShotGeometry, g: FrameGeometry, frag: Fragments,
         if "irradiance" in want:
             ns = np.einsum("nk,nkc->nc", b[:, :, 0], g.corner_normals[t])
             ns /= np.maximum(np.linalg.norm(ns, axis=1), 1e-12)[:, None]
-            out["irradiance"] = _scatter(m, irradiance(p, ns, vis, [li.emission()
-                                                                    for li in g.lights]))
+            out["irradiance"] = _scatter(m, irradiance(p, ns, vis, lights))
     return out
 
 

@@ -25,14 +25,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .shadow import Light
+
 
 @dataclass
-class LightEmission:
-    """What a light sends: world placement plus colour and strength."""
+class LightEmission(Light):
+    """A light's placement (what shadow maps need) plus what it sends."""
 
-    type: str  # SUN, POINT, SPOT, AREA
-    position: np.ndarray  # (3,) world
-    direction: np.ndarray  # (3,) unit, towards the light (the way its -Z points, reversed)
     color: np.ndarray = field(default_factory=lambda: np.ones(3))  # linear RGB
     energy: float = 1.0  # a sun's strength (W/m^2), else power (W)
     spot_size: float = np.pi  # full cone angle (SPOT)
