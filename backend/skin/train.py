@@ -318,9 +318,10 @@ def init_from_model(net: SkinNet, folder: str | os.PathLike,
             w_new[:, :tex] = w_old[:, :tex]
             w_new[:, tex:] = 0.0
             old_lay, new_lay = old_cfg["layout"][2:], net.cfg["layout"][2:]
+            new_channels = {n: int(k) for n, k in new_lay}
             for n, k in old_lay:
                 a, b = features.offset(old_lay, n), features.offset(new_lay, n)
-                if b is not None and int(k) == dict(map(tuple, new_lay))[n]:
+                if b is not None and int(k) == new_channels[n]:
                     w_new[:, tex + b:tex + b + int(k)] = w_old[:, tex + a:tex + a + int(k)]
             copied.append(first)
     net.load_state_dict(own)
