@@ -273,9 +273,9 @@ def _follow_camera(scene: bpy.types.Scene, arm: bpy.types.Object, name: str,
     meshes = D.character_meshes(arm)
     for f in [frames[0] - 1] + frames + [frames[-1] + 1]:
         scene.frame_set(f)
-        centre, height = D._body_centre(meshes)
-        D._place_camera(cam, orbit, 0.0, centre, height)
-        D._key_camera(cam, f)
+        centre, height = D.body_centre(meshes)
+        D.place_camera(cam, orbit, 0.0, centre, height)
+        D.key_camera(cam, f)
     return cam
 
 
@@ -431,7 +431,7 @@ def main(model: str | None = None, frames: int | None = None, size: int | None =
         for shot_name, retarget in _shots(arm, tmp, frames):
             todo = retarget()
             scene.frame_set(todo[0])
-            centre, _ = D._body_centre(D.character_meshes(arm))
+            centre, _ = D.body_centre(D.character_meshes(arm))
             for cam_name in cams:
                 cam = demo_camera if cam_name == "demo" else _follow_camera(scene, arm,
                                                                             cam_name, todo)

@@ -226,7 +226,7 @@ def uv_report(arm: bpy.types.Object) -> list[str]:
     return [o.name for o in character_meshes(arm) if not o.data.uv_layers]
 
 
-def _place_camera(cam: bpy.types.Object, orbit: Orbit, t: float, centre: np.ndarray,
+def place_camera(cam: bpy.types.Object, orbit: Orbit, t: float, centre: np.ndarray,
                   height: float) -> None:
     az = orbit.azimuth0 + orbit.turn * t
     el = orbit.elevation
@@ -244,13 +244,13 @@ def _place_camera(cam: bpy.types.Object, orbit: Orbit, t: float, centre: np.ndar
     cam.data.lens = orbit.lens
 
 
-def _key_camera(cam: bpy.types.Object, frame: int) -> None:
+def key_camera(cam: bpy.types.Object, frame: int) -> None:
     cam.keyframe_insert("location", frame=frame)
     cam.keyframe_insert("rotation_quaternion", frame=frame)
     cam.data.keyframe_insert("lens", frame=frame)
 
 
-def _body_centre(meshes: list[bpy.types.Object]) -> tuple[np.ndarray, float]:
+def body_centre(meshes: list[bpy.types.Object]) -> tuple[np.ndarray, float]:
     """Centre and height of the evaluated character's bounding box (world)."""
     dg = bpy.context.evaluated_depsgraph_get()
     pts = []
@@ -351,10 +351,10 @@ def build_dataset(arm: bpy.types.Object, folder: Path, spec: DatasetSpec,
                 cam_data.animation_data_clear()
                 for f in range(1, spec.frames_per_clip + 1):
                     scene.frame_set(f)
-                    centre, height = _body_centre(meshes)
-                    _place_camera(cam, orbit, (f - 1) / max(spec.frames_per_clip - 1, 1),
+                    centre, height = body_centre(meshes)
+                    place_camera(cam, orbit, (f - 1) / max(spec.frames_per_clip - 1, 1),
                                   centre, height)
-                    _key_camera(cam, f)
+                    key_camera(cam, f)
                 done += spec.frames_per_clip - len(todo)
 
                 def tick() -> None:
@@ -369,7 +369,7 @@ def build_dataset(arm: bpy.types.Object, folder: Path, spec: DatasetSpec,
                         scene.frame_set(1)
                         for o, _ in own_lights:
                             o.hide_render = True
-                        _add_rig(scene, rigs[ci], *_body_centre(meshes), rig_lights)
+                        _add_rig(scene, rigs[ci], *body_centre(meshes), rig_lights)
                     rendered += _render_clip(scene, folder, ci, spec, todo, cancelled, tick)
                 finally:
                     for o in rig_lights:
