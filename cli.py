@@ -23,6 +23,7 @@ from .cli_commands import (  # noqa: F401
     _parse_passes,
     _parse_size,
     cmd_demo,
+    cmd_learn_look,
     cmd_passes,
     cmd_render,
     cmd_restyle,
@@ -54,6 +55,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
                           cameras=args.cameras.split(",") if args.cameras else None,
                           lights=args.lights.split(",") if args.lights else None,
                           character=args.character)
+    if args.what == "look":
+        from .bench.look import main as bench_look
+
+        return bench_look(model=args.model, frames=args.frames,
+                          looks=args.looks.split(",") if args.looks else None,
+                          keys=_ints(args.keys_per_look, "--key-counts"), steps=args.steps,
+                          python=args.python, keep=args.keep)
     if args.what == "viewport":
         from .bench.viewport import main as bench_viewport
 
@@ -63,6 +71,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         return bench_transport(frames=args.frames or 48)
     raise BadInput(f"unknown benchmark {args.what!r}")
+
+
+def _ints(text: str | None, flag: str) -> list[int] | None:
+    """``1,2,4`` -> [1, 2, 4] (None stays None); anything else is bad input."""
+    if text is None:
+        return None
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise BadInput(f"{flag} {text!r}: write whole numbers separated by commas, "
+                       "e.g. 1,2,4") from None
 
 
 FRAMES_HELP = "FIRST-LAST, a list 3,5-10 or a step 1-100x2 (default: the scene's range)"
@@ -162,6 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--negative-prompt")
     rs.add_argument("--seed", type=int, help="shot seed (per frame: seed, frame; default 0)")
     rs.add_argument("--options", help="pipeline options: a JSON object or a .json/.toml file")
+    rs.add_argument("--look", help="skin pipeline: a look of the model (learn-look --look "
+                    "NAME), or a mix by weight, e.g. young=0.3,old=0.7 (default: base)")
     rs.add_argument("--ref", action="append", help="reference image (IP-Adapter); repeatable")
     rs.add_argument("--ref-weight", action="append", metavar="W",
                     help="weight of the matching --ref (the references' embeddings are "
@@ -191,6 +212,27 @@ def build_parser() -> argparse.ArgumentParser:
                                   "tcp://127.0.0.1:5555)")
     _backend_arguments(rn)
     rn.set_defaults(func=cmd_render)
+
+    lk = sub.add_parser("learn-look", help="learn a look from a few painted keyframes of a "
+                                           "shot (fine-tunes a skin model)")
+    lk.add_argument("--shot", required=True, help="SHOT.blend the keys were painted on")
+    lk.add_argument("--keys", required=True, help="folder of painted keyframes NNNN.png (the "
+                    "frame number; RGB or RGBA at the shot's render size), e.g. restyle's "
+                    "output")
+    lk.add_argument("--base", default="demo", help="the base skin model: a model folder or "
+                    "a registry name (default: demo)")
+    lk.add_argument("--out", required=True, help="the look's model folder (with --look: a "
+                    "multi-look folder, the base copied there first)")
+    lk.add_argument("--look", help="add the look under this name to the --out folder "
+                    "(restyle --look NAME picks it; the base stays the look 'base')")
+    lk.add_argument("--camera", help="camera object, or 'auto' (default: the shot's)")
+    lk.add_argument("--minutes", type=float, help="training time budget (default: 400 steps)")
+    lk.add_argument("--steps", type=int, help="schedule length")
+    lk.add_argument("--device", default="cpu", help="cpu or cuda")
+    lk.add_argument("--resume", action="store_true", help="continue the last checkpoint")
+    lk.add_argument("--python", help="the backend Python that trains (default: "
+                                     ".venv-backend/bin/python)")
+    lk.set_defaults(func=cmd_learn_look)
 
     t = sub.add_parser("train-skin", help="learn a character's skin model from its own "
                                           "renders (self-reconstruction)")
@@ -247,7 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="speed benchmarks (ratio against a baseline in one run)")
     b.add_argument("what", choices=("retarget", "passes", "transport", "diffusion", "skin",
-                                    "viewport"))
+                                    "look", "viewport"))
     b.add_argument("--frames", type=int,
                    help="frames (retarget: 2400, passes: 24, transport: 48, skin: 24 a "
                         "cell, viewport: 48 view changes a size)")
@@ -260,6 +302,13 @@ def build_parser() -> argparse.ArgumentParser:
                                     "scene,turned)")
     b.add_argument("--character", help="skin: the character file the --model was trained on "
                                        "(default: the demo)")
+    b.add_argument("--looks", help="look: the looks, comma-separated (default: "
+                                   "ill,toon,hatched)")
+    b.add_argument("--key-counts", dest="keys_per_look",
+                   help="look: keyframe counts, comma-separated (default: 1,2,4)")
+    b.add_argument("--steps", type=int, help="look: training steps per look (default 400)")
+    b.add_argument("--python", help="look: the Python that trains (default: .venv-backend)")
+    b.add_argument("--keep", metavar="DIR", help="look: keep the keys, looks and frames here")
     b.set_defaults(func=cmd_bench)
     return p
 

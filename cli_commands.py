@@ -183,6 +183,31 @@ def cmd_train_skin(args: argparse.Namespace) -> int:
     return train_skin(req, progress=bar, characters={"demo": _demo_character})
 
 
+def cmd_learn_look(args: argparse.Namespace) -> int:
+    from .addon.blender.skin.look import LookRequest, learn_look
+
+    base = _model_folder(args.base, "--base")
+    check_distinct({"--out": args.out}, {"--shot": args.shot, "--keys": args.keys,
+                                         "--base": None if args.look else base})
+    req = LookRequest(shot=Path(args.shot), keys=Path(args.keys), base=base,
+                      out=Path(args.out), camera=args.camera, look=args.look,
+                      minutes=args.minutes, steps=args.steps, device=args.device,
+                      resume=args.resume, python=args.python)
+    return learn_look(req)
+
+
+def _model_folder(spec: str, flag: str) -> Path:
+    """A skin model given as a folder, or as a name of the backend's registry."""
+    if (Path(spec) / "config.json").is_file():
+        return Path(spec)
+    from .backend.skin.registry import RegistryError, resolve
+
+    try:
+        return resolve(spec)
+    except RegistryError as e:
+        raise BadInput(f"{flag} {spec}: not a model folder (no config.json), and {e}") from None
+
+
 def _demo_character():
     """``--character demo``: the procedural demo character in its lit scene."""
     from .demo.character import build_demo_character, setup_demo_scene
@@ -302,6 +327,21 @@ def _parse_options(text: str | None) -> dict:
     return data
 
 
+def parse_look(text: str) -> str | dict[str, float]:
+    """``--look ill`` -> "ill"; ``--look young=0.3,old=0.7`` -> {"young": 0.3, "old": 0.7}."""
+    if "=" not in text:
+        return text.strip()
+    mix = {}
+    for part in text.split(","):
+        name, _, weight = part.partition("=")
+        try:
+            mix[name.strip()] = float(weight)
+        except ValueError:
+            raise BadInput(f"--look {_shown(text)}: write a look's name, or names and "
+                           "weights such as young=0.3,old=0.7") from None
+    return mix
+
+
 def cmd_restyle(args: argparse.Namespace) -> int:
 
     from .addon.blender.client.backend_client import BackendError, BackendUnavailable, check_url
@@ -320,6 +360,8 @@ def cmd_restyle(args: argparse.Namespace) -> int:
     if args.size is not None:
         _parse_size(args.size)  # checked before the shot opens
     options = _parse_options(args.options)
+    if args.look:
+        options["look"] = parse_look(args.look)
     models = _skin_model_folder(args)
     if models:
         if args.pipeline not in (None, "skin"):

@@ -12,6 +12,9 @@ Options::
     engine: "onnx"|"torch"  what runs the network (default onnx: onnxruntime, its best
                          provider for the backend's device -- TensorRT, CUDA, CPU);
                          torch needs torch and the folder's weights.safetensors
+    look: "ill" | {"young": 0.3, "old": 0.7}
+                         a look of a multi-look model folder (painted-skin learn-look
+                         --look NAME), or a mix of looks by weight; default the base
     stabilize: 0..<1     with the temporal chain: how strongly each pixel keeps the
                          previous output where the two nearly agree (default 0.8;
                          0 or false: off) -- flicker removed without lag
@@ -73,6 +76,10 @@ def check(options: dict[str, Any]) -> list[str]:
         engines.check_engine(options.get("engine"), cfg, folder)
     except ValueError as e:
         return [str(e)]
+    try:
+        runtime.look_weights(options.get("look"), runtime.look_names(folder))
+    except ValueError as e:
+        return [str(e)]
     if temporal is True and not cfg.get("temporal"):
         return [f"skin model {options.get('model', registry.DEFAULT_MODEL)!r} was trained "
                 "without the temporal input: retrain it with --temporal, or drop 'temporal'"]
@@ -81,10 +88,14 @@ def check(options: dict[str, Any]) -> list[str]:
 
 def model_identity(folder) -> str:
     """The digest of what a model folder paints with: its config, ONNX graph and
-    safetensors weights (:func:`.base.files_identity`: their bytes, sampled above 8 MiB)."""
-    graph = str(runtime.read_config(folder).get("graph", "model.onnx"))
-    return files_identity([folder / runtime.CONFIG, folder / graph,
-                           folder / "weights.safetensors"], prefix="skin")
+    safetensors weights, and its looks' (:func:`.base.files_identity`: their bytes,
+    sampled above 8 MiB)."""
+    files = []
+    for look in runtime.look_names(folder):
+        sub = folder if look == runtime.BASE_LOOK else folder / runtime.LOOKS_DIR / look
+        graph = str(runtime.read_config(sub).get("graph", "model.onnx"))
+        files += [sub / runtime.CONFIG, sub / graph, sub / "weights.safetensors"]
+    return files_identity(files, prefix="skin", root=folder)
 
 
 class SkinPipeline:
@@ -130,7 +141,8 @@ class SkinPipeline:
                                         f"session {height}x{width}: send passes of its size")
         prev = self._previous(passes, options, frame, state, (height, width))
         rgb = self.model.render(passes, prev, seed,
-                                stabilize.check_strength(options.get("stabilize")))
+                                stabilize.check_strength(options.get("stabilize")),
+                                look=options.get("look"))
         if "mask" in passes:  # the model paints the character; off it, Cycles' black film
             rgb = np.where(np.asarray(passes["mask"])[..., None] > 0, rgb, np.uint8(0))
         if callback is not None and not callback(1, 1):

@@ -106,15 +106,12 @@ class TorchEngine:
         import torch
         from safetensors.torch import load_file
 
-        from .model import SkinNet
+        from .model import SkinNet, net_config
 
         if threads:
             torch.set_num_threads(int(threads))
-        cfg = {**config["model"], "layout": config["layout"],
-               "rest_bounds": config["rest_bounds"], "head": config["head"],
-               "diffusion_steps": config.get("diffusion_steps", 4)}
         self.device = torch.device(device)
-        net = SkinNet(cfg)
+        net = SkinNet(net_config(config))
         net.load_state_dict(load_file(str(folder / config["weights"])))
         self.net = net.eval().to(self.device)
         self.providers = [f"torch:{self.device}"]

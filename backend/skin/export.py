@@ -51,7 +51,8 @@ def export_onnx(net: SkinNet, path: str | os.PathLike) -> None:
 
 
 def export_model(net: SkinNet, model_cfg: dict[str, Any], out_dir: str | os.PathLike,
-                 fingerprint: dict[str, Any], report: dict[str, Any] | None = None) -> Path:
+                 fingerprint: dict[str, Any], report: dict[str, Any] | None = None,
+                 extra: dict[str, Any] | None = None) -> Path:
     """Write the model folder ``out_dir`` (replacing an older one whole).
 
     ``fingerprint``: what identifies the character (e.g. mesh names and vertex
@@ -88,6 +89,7 @@ def export_model(net: SkinNet, model_cfg: dict[str, Any], out_dir: str | os.Path
                                                  "unet", "use_texture", "shading")
                       if k in model_cfg},
             "graph": GRAPH, "opset": OPSET, "weights": WEIGHTS,
+            **(extra or {}),  # e.g. a look's record: its base model and keyframes
         }
         write_json_atomic(tmp / CONFIG, config)
         write_json_atomic(tmp / REPORT, report or {})

@@ -52,6 +52,13 @@ def model_config(lay: list[list], bounds: list[list[float]], **overrides: Any) -
     return cfg
 
 
+def net_config(folder_config: dict[str, Any]) -> dict[str, Any]:
+    """The network's config from a model folder's ``config.json`` (what export wrote)."""
+    return {**folder_config["model"], "layout": folder_config["layout"],
+            "rest_bounds": folder_config["rest_bounds"], "head": folder_config["head"],
+            "diffusion_steps": folder_config.get("diffusion_steps", 4)}
+
+
 def srgb_encode(lin: torch.Tensor) -> torch.Tensor:
     """Blender's Standard view: the sRGB curve of linear light (clipped at 0)."""
     lin = lin.clamp_min(0.0)

@@ -8,8 +8,11 @@ the fix (:class:`ModelFolderError`, a ValueError).
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,12 @@ CONFIG, REPORT = "config.json", "report.json"
 TRAIN_HINT = ("train one with `python -m painted_skin.backend.skin.train --frames DIR "
               "--out FOLDER` (--synthetic 400 instead of --frames: a demo on generated frames)")
 
+
+#: A multi-look folder keeps each look as a model folder ``looks/NAME``; the folder's
+#: own model is the look ``base`` (:mod:`.look` learns them).
+LOOKS_DIR, BASE_LOOK = "looks", "base"
+LOOK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+MAX_LOOKS = 64
 
 MAX_CONFIG_BYTES = 1024 * 1024
 # The config's fields and their JSON types (bool is an int in Python: listed apart).
@@ -136,6 +145,54 @@ def _short(value: Any, other: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def weights_digest(folder: str | os.PathLike) -> str:
+    """The digest of a model folder's weights file: which base a look was learned from."""
+    cfg = read_config(folder)
+    h = hashlib.blake2b(digest_size=16)
+    path = inside(Path(folder), str(cfg.get("weights", "weights.safetensors")), "weights")
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return "blake2b:" + h.hexdigest()
+
+
+def look_names(folder: str | os.PathLike) -> list[str]:
+    """The looks a model folder paints: ``base`` (its own model), then each
+    ``looks/NAME`` holding a config, by name."""
+    root = Path(folder) / LOOKS_DIR
+    names = sorted(p.name for p in root.iterdir() if p.is_dir() and LOOK_NAME.fullmatch(p.name)
+                   and (p / CONFIG).is_file()) if root.is_dir() else []
+    return [BASE_LOOK] + names[:MAX_LOOKS]
+
+
+def look_weights(look: object, names: list[str]) -> dict[str, float]:
+    """The ``look`` option as weights that sum to 1: a name (``"ill"``), or a mix of
+    names and weights (``{"young": 0.3, "old": 0.7}``; scaled to sum 1); None is the
+    base. Raises ValueError naming the fix."""
+    if look is None:
+        return {BASE_LOOK: 1.0}
+    known = ", ".join(names)
+    if isinstance(look, str):
+        look = {look: 1.0}
+    if not isinstance(look, dict) or not look:
+        raise ValueError(f"look {look!r} must be a look's name or a mix of names and "
+                         f"weights, e.g. {{\"{names[-1]}\": 1.0}} (this model has: {known})")
+    out: dict[str, float] = {}
+    for name, w in look.items():
+        if name not in names:
+            raise ValueError(f"look {name!r} is not in this skin model (it has: {known}): "
+                             "learn it with painted-skin learn-look --look NAME")
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) \
+                or w < 0:
+            raise ValueError(f"look {name!r}: weight {w!r} must be a number of 0 or more")
+        if w > 0:
+            out[name] = float(w)
+    total = sum(out.values())
+    if total <= 0:
+        raise ValueError("the look's weights are all 0: give at least one above 0")
+    return {k: v / total for k, v in out.items()}
+
+
 class SkinModel:
     """A loaded model folder: ``render(passes, ...)`` -> uint8 (H, W, 3)."""
 
@@ -151,6 +208,24 @@ class SkinModel:
         self.multiple = int(self.config.get("size_multiple", 1))
         self.engine = engines.load_engine(engine or "onnx", self.folder, self.config, device,
                                           threads)
+        self._load_args = (engine or "onnx", device, threads)
+        self.looks = look_names(self.folder)
+        self._engines = {BASE_LOOK: self.engine}
+
+    def look_engine(self, name: str) -> engines.OnnxEngine | engines.TorchEngine:
+        """The engine of look ``name``, loaded on first use and checked to paint from
+        the same inputs as the base (a look learned from another base is refused)."""
+        if name not in self._engines:
+            folder = self.folder / LOOKS_DIR / name
+            cfg = read_config(folder)
+            same = ("layout", "rest_bounds", "head", "fingerprint")
+            if any(cfg.get(k) != self.config.get(k) for k in same):
+                raise ModelFolderError(f"look {name!r} of {str(self.folder)!r} was learned from "
+                                       "another base model: learn it again from this one "
+                                       "(painted-skin learn-look --base FOLDER --look NAME)")
+            kind, device, threads = self._load_args
+            self._engines[name] = engines.load_engine(kind, folder, cfg, device, threads)
+        return self._engines[name]
 
     def check_passes(self, passes: dict[str, np.ndarray]) -> None:
         missing = [p for p in self.config.get("required_passes", []) if p not in passes
@@ -165,15 +240,20 @@ class SkinModel:
 
     def render(self, passes: dict[str, np.ndarray],
                previous: tuple[np.ndarray, np.ndarray] | None = None,
-               seed: int = 0, stabilize_strength: float = stabilize.DEFAULT_STRENGTH
-               ) -> np.ndarray:
+               seed: int = 0, stabilize_strength: float = stabilize.DEFAULT_STRENGTH,
+               look: object = None) -> np.ndarray:
         """One frame. ``previous``: the warped previous output and its validity
         (:func:`features.warp_previous_output`), or None for a shot's first frame; a
         temporal model takes it as input, and the painted frame is blended with it by
         :func:`stabilize.stabilize` (``stabilize_strength`` 0: not blended).
         ``seed``: the diffusion head's starting noise. The network runs on the
-        character's box (:func:`character_box`); the film around it is black."""
+        character's box (:func:`character_box`); the film around it is black.
+        ``look``: a look's name or a mix of looks (:func:`look_weights`): each look's
+        network paints and the paintings are mixed by weight (linear: a mix moves
+        smoothly from one look to the other)."""
         self.check_passes(passes)
+        weights = look_weights(look, self.looks)
+        nets = [(self.look_engine(n), w) for n, w in weights.items()]
         mask = np.asarray(passes["mask"]) > 0
         box = character_box(mask, self.multiple)
         if box is None:  # nothing of the character in view: the film's black
@@ -183,32 +263,36 @@ class SkinModel:
         noise = (np.random.default_rng(seed).standard_normal((1, 3) + mask.shape)
                  if self.config["head"] == "diffusion" else None)
         if box == (0, mask.shape[0], 0, mask.shape[1]):
-            return self._paint(passes, previous, noise, stabilize_strength)
+            return self._paint(passes, previous, noise, stabilize_strength, nets)
         y0, y1, x0, x1 = box
         out = np.zeros(mask.shape + (3,), np.uint8)
         out[y0:y1, x0:x1] = self._paint(
             _cropped(passes, box, mask.shape),
             None if previous is None else _cropped(previous, box, mask.shape),
-            None if noise is None else noise[:, :, y0:y1, x0:x1], stabilize_strength)
+            None if noise is None else noise[:, :, y0:y1, x0:x1], stabilize_strength, nets)
         return out
 
     def _paint(self, passes: dict[str, np.ndarray],
                previous: tuple[np.ndarray, np.ndarray] | None, noise: np.ndarray | None,
-               stabilize_strength: float) -> np.ndarray:
-        """The network over the whole of ``passes`` (see :meth:`render`); ``noise``: the
-        diffusion head's start, (1, 3, H, W)."""
+               stabilize_strength: float, nets: list) -> np.ndarray:
+        """The networks ``nets`` ((engine, weight) pairs) over the whole of ``passes``
+        (see :meth:`render`), mixed; ``noise``: the diffusion head's start, (1, 3, H, W)."""
         x = features.frame_features(passes, self.layout, self.bounds,
                                     previous if self.temporal else None)[None]
-        if self.config["head"] == "diffusion":
+        out = 0.0
+        for engine, weight in nets:
+            if self.config["head"] == "diffusion":
 
-            def f(x_t: np.ndarray, t: float) -> np.ndarray:
-                feeds = {"features": x, "x_t": x_t.astype(np.float32),
-                         "t": np.full((1,), t, np.float32)}
-                return self.engine.run(feeds)
+                def f(x_t: np.ndarray, t: float, engine=engine) -> np.ndarray:
+                    feeds = {"features": x, "x_t": x_t.astype(np.float32),
+                             "t": np.full((1,), t, np.float32)}
+                    return engine.run(feeds)
 
-            out = (sampling.ddim_sample(f, noise, int(self.config["diffusion_steps"])) + 1) / 2
-        else:
-            out = self.engine.run({"features": x})
+                one = (sampling.ddim_sample(f, noise, int(self.config["diffusion_steps"]))
+                       + 1) / 2
+            else:
+                one = engine.run({"features": x})
+            out = out + weight * np.clip(one, 0.0, 1.0)
         rgb = np.moveaxis(out[0], 0, -1)
         if previous is not None:
             rgb = stabilize.stabilize(np.clip(rgb, 0.0, 1.0), previous[0], previous[1],

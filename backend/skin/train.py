@@ -62,6 +62,9 @@ class TrainConfig:
     inputs: tuple[str, ...] = features.DEFAULT_INPUTS
     model: dict[str, Any] = dataclasses.field(default_factory=dict)  # model.DEFAULTS overrides
     init_from: str | None = None  # a model folder whose network starts this run
+    # The share of the schedule the neural textures stay still (a look's fine-tune:
+    # the U-Net first learns what changes everywhere, the texture then what is local).
+    texture_from: float = 0.0
     device: str = "cpu"
     minutes: float | None = None
     checkpoint: str | None = None
@@ -110,11 +113,18 @@ def _previous_input(frames: Sequence[Frame], i: int, j: int | None, cfg: TrainCo
                                          passes["depth"], prev_passes["depth"])
 
 
+#: Frames whose whole-frame input is kept between steps (the features of a frame without
+#: a previous output never change): at most this many bytes of them.
+FEATURE_CACHE_BYTES = 1 << 30
+
+
 def make_batch(frames: Sequence[Frame], model_cfg: dict[str, Any], cfg: TrainConfig,
-               step: int, previous: Sequence[int | None] | None
+               step: int, previous: Sequence[int | None] | None,
+               cache: dict[int, np.ndarray] | None = None
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(features, target, mask, parts) crops of step ``step``: a function of
-    (seed, step) only."""
+    (seed, step) only. ``cache``: frame index -> its input without a previous output,
+    filled as frames are met (a few large keyframes: the input is most of a step)."""
     rng = np.random.default_rng([cfg.seed, step])
     xs, ys, ms, ps = [], [], [], []
     lay, bounds = model_cfg["layout"], model_cfg["rest_bounds"]
@@ -124,8 +134,15 @@ def make_batch(frames: Sequence[Frame], model_cfg: dict[str, Any], cfg: TrainCon
         prev = None
         if cfg.temporal:
             prev = _previous_input(frames, i, previous[i] if previous else None, cfg, rng)
-        x = features.frame_features(passes, lay, bounds, prev)
-        mask = np.asarray(passes["mask"]) > 0
+        if prev is None and cache is not None and i in cache:
+            x = cache[i]
+        else:
+            x = features.frame_features(passes, lay, bounds, prev)
+            if prev is None and cache is not None and \
+                    (len(cache) + 1) * x.nbytes <= FEATURE_CACHE_BYTES:
+                cache[i] = x
+        # "loss_mask": the pixels a target speaks for (a painted keyframe's alpha)
+        mask = np.asarray(passes.get("loss_mask", passes["mask"])) > 0
         y0, x0 = _crop_box(mask, cfg.crop, rng)
         sl = (slice(y0, y0 + cfg.crop), slice(x0, x0 + cfg.crop))
         xs.append(x[:, sl[0], sl[1]])
@@ -183,7 +200,8 @@ class _SigintFlag:
 def train(frames: Sequence[Frame], cfg: TrainConfig, *,
           previous: Sequence[int | None] | None = None, resume: bool = False,
           on_step: Callable[[int, float], None] | None = None,
-          fingerprint: dict[str, Any] | None = None) -> TrainResult:
+          fingerprint: dict[str, Any] | None = None,
+          model_cfg: dict[str, Any] | None = None) -> TrainResult:
     """Train (or with ``resume`` continue from ``cfg.checkpoint``) on ``frames``.
 
     ``previous[i]``: the index of frame i's previous frame in its shot (None at a
@@ -191,7 +209,8 @@ def train(frames: Sequence[Frame], cfg: TrainConfig, *,
     each step. Stops at ``cfg.steps``, at the ``cfg.minutes`` budget, or on
     Ctrl-C, writing the checkpoint each time (when ``cfg.checkpoint`` is set).
     ``fingerprint``: the character the frames show (``cfg.init_from`` keeps its
-    textures only for the same one)."""
+    textures only for the same one). ``model_cfg``: the network's config when it is
+    given (a look keeps its base model's), else built from ``cfg`` and the frames."""
     from tqdm.auto import tqdm
 
     if not frames:
@@ -214,7 +233,7 @@ def train(frames: Sequence[Frame], cfg: TrainConfig, *,
             raise TrainError(f"checkpoint {ckpt} was trained with other settings "
                              f"({', '.join(diff)}): use the same ones or start a new run")
     lay = features.layout(cfg.inputs, cfg.temporal)
-    mcfg = state["model_cfg"] if state else model_config(
+    mcfg = state["model_cfg"] if state else model_cfg or model_config(
         lay, features.rest_bounds([f[0] for f in frames]), **cfg.model)
     torch.manual_seed(cfg.seed)
     net = SkinNet(mcfg)
@@ -238,6 +257,8 @@ def train(frames: Sequence[Frame], cfg: TrainConfig, *,
                                    "losses": losses, "elapsed_s": elapsed})
 
     diffusion = mcfg["head"] == "diffusion"
+    textures = [p for g in net.param_groups(0.0, 0.0)[1:] for p in g["params"]]
+    cache: dict[int, np.ndarray] = {}
     t0 = time.monotonic() - elapsed
     interrupted = False
     bar = tqdm(total=cfg.steps, initial=step, disable=not cfg.progress, desc="skin",
@@ -245,7 +266,7 @@ def train(frames: Sequence[Frame], cfg: TrainConfig, *,
     net.train()
     with _SigintFlag() as sigint, bar:
         while step < cfg.steps:
-            x, y, m, parts = make_batch(frames, mcfg, cfg, step, previous)
+            x, y, m, parts = make_batch(frames, mcfg, cfg, step, previous, cache)
             if diffusion:
                 pred = _diffusion_forward(net, x, y, cfg.seed, step)
             else:
@@ -253,6 +274,9 @@ def train(frames: Sequence[Frame], cfg: TrainConfig, *,
             loss = reconstruction_loss(pred, y, m, parts, cfg.ssim_weight, cfg.group_weights)
             opt.zero_grad(set_to_none=True)
             loss.backward()
+            if step < cfg.texture_from * cfg.steps:
+                for p in textures:  # no gradient: AdamW leaves the parameter as it is
+                    p.grad = None
             opt.step()
             sched.step()
             step += 1

@@ -73,3 +73,17 @@ def _remove_empty(folders: list[Path]) -> None:
             p.rmdir()
         except OSError:  # not empty (work was done) or not ours to remove
             break
+
+
+def files_digest(paths: list[Path]) -> str:
+    """A digest of files' names and bytes (sorted by name): what a result was made
+    from (a look records its keyframes'), the same on any machine."""
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=16)
+    for p in sorted(Path(x) for x in paths):
+        h.update(f"\0{p.name}\0".encode())
+        with open(p, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return "blake2b:" + h.hexdigest()

