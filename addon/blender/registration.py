@@ -14,15 +14,17 @@ from . import preferences
 from .classes import register_classes, unregister_classes
 from .passes import ui as passes_ui
 from .retarget import operators, panel, props
+from .skin import looks_ui
 from .skin import ui as skin_ui
 
 # The steps that need no network, in registration order (a PropertyGroup before what
 # points at it).
 BASE_CLASSES = (props.CLASSES + operators.CLASSES + panel.CLASSES + passes_ui.CLASSES
-                + skin_ui.CLASSES + preferences.CLASSES)
+                + skin_ui.CLASSES + looks_ui.CLASSES + preferences.CLASSES)
 BASE_SETTINGS = {"painted_skin_retarget": props.PS_RetargetSettings,
                  "painted_skin_passes": passes_ui.PS_PassesSettings,
-                 "painted_skin_skin": skin_ui.PS_SkinSettings}
+                 "painted_skin_skin": skin_ui.PS_SkinSettings,
+                 "painted_skin_looks": looks_ui.PS_LooksSettings}
 
 _REGISTERED: dict = {}
 

@@ -200,6 +200,11 @@ def draw_shot(layout, context) -> None:
     labelled(col, s, "model_menu")
     if s.model_custom:
         col.prop(s, "model", text="Name")
+    if s.pipeline.strip() == "skin":
+        labelled(col, s, "look")
+        row = col.row(align=True)
+        row.prop(s, "look_mix_with", text="")
+        row.prop(s, "look_mix", slider=True)
     labelled(col, s, "prompt")
     labelled(col, s, "negative_prompt")
     row = col.row(align=True)

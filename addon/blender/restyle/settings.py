@@ -64,6 +64,23 @@ def _model_enum(s, _context) -> list:
     return items
 
 
+def _look_enum(s, context) -> list:
+    from ..skin.looks_ui import model_looks
+
+    looks = model_looks(context, s.model) if context is not None else ["base"]
+    _ITEMS["look"] = items = _numbered([(n, n, f"Paint the look {n!r}") for n in looks])
+    return items
+
+
+def _mix_enum(s, context) -> list:
+    from ..skin.looks_ui import model_looks
+
+    looks = model_looks(context, s.model) if context is not None else ["base"]
+    _ITEMS["mix"] = items = _numbered([("none", "None", "No second look")]
+                                      + [(n, n, f"Mix in the look {n!r}") for n in looks])
+    return items
+
+
 def _menu_get(items: list, custom: bool, value: str) -> int:
     wanted = CUSTOM if custom else value
     return next((n for i, _, _, _, n in items if i == wanted), len(items) - 1)
@@ -121,6 +138,15 @@ class PS_RestyleSettings(bpy.types.PropertyGroup):
                                 get=_pipeline_get, set=_pipeline_set,
                                 description="What paints the frames: the pipelines the "
                                             "backend reports (Custom…: type a name)")
+    look: EnumProperty(name="Look", items=_look_enum,
+                       description="The skin model's look to paint (Skin Model ▸ Looks "
+                                   "learns them; base: the character as trained)")
+    look_mix_with: EnumProperty(name="Mix With", items=_mix_enum,
+                                description="A second look mixed into the first")
+    look_mix: FloatProperty(name="Mix", default=0.0, min=0.0, max=1.0, subtype="FACTOR",
+                            description="How much of the second look (0: the first only, "
+                                        "1: the second only); keyframe it to change state "
+                                        "over the shot")
     last_report: StringProperty(name="Last result", description="What the last Restyle "
                                 "Shot painted, or why it stopped")
     model: StringProperty(name="Model Name", default="",
@@ -266,6 +292,12 @@ def restyle_options(s: PS_RestyleSettings) -> dict:
     weights = reference_weights(s)
     if weights is not None:
         options["ref_weights"] = weights
+    if s.pipeline.strip() == "skin":
+        from ..skin.looks_ui import look_option
+
+        look = look_option(s.look, s.look_mix_with, s.look_mix)
+        if look is not None:
+            options["look"] = look
     return _merge(options, _extra(s))
 
 

@@ -85,6 +85,12 @@ def train_command(blend: str, out: str, minutes: float, size: int, device: str, 
     args = ["train-skin", "--character", blend, "--out", out, "--minutes", f"{minutes:g}",
             "--size", str(size), "--device", device, *(["--resume"] if resume else []),
             *(["--python", python] if python else []), *(extra or [])]
+    return child_command(args)
+
+
+def child_command(args: list[str]) -> list[str]:
+    """``painted-skin ARGS`` as a child of this Blender: in the bpy module's Python, or in
+    this Blender binary with the extension's files on its path."""
     root = _package_root()
     if not bpy.app.binary_path:
         return [sys.executable, "-m", "painted_skin.cli", *args]
