@@ -216,17 +216,21 @@ def build_parser() -> argparse.ArgumentParser:
     lk = sub.add_parser("learn-look", help="learn a look from a few painted keyframes of a "
                                            "shot (fine-tunes a skin model)")
     lk.add_argument("--shot", required=True, help="SHOT.blend the keys were painted on")
-    lk.add_argument("--keys", required=True, help="folder of painted keyframes NNNN.png (the "
+    lk.add_argument("--suggest", type=int, metavar="K", help="only print the K frames to "
+                    "paint: those that show the most of the character's surface together")
+    lk.add_argument("--frames", help="--suggest: the frames to choose from (" + FRAMES_HELP
+                    + ")")
+    lk.add_argument("--keys", help="folder of painted keyframes NNNN.png (the "
                     "frame number; RGB or RGBA at the shot's render size), e.g. restyle's "
                     "output")
     lk.add_argument("--base", default="demo", help="the base skin model: a model folder or "
                     "a registry name (default: demo)")
-    lk.add_argument("--out", required=True, help="the look's model folder (with --look: a "
+    lk.add_argument("--out", help="the look's model folder (with --look: a "
                     "multi-look folder, the base copied there first)")
     lk.add_argument("--look", help="add the look under this name to the --out folder "
                     "(restyle --look NAME picks it; the base stays the look 'base')")
     lk.add_argument("--camera", help="camera object, or 'auto' (default: the shot's)")
-    lk.add_argument("--minutes", type=float, help="training time budget (default: 400 steps)")
+    lk.add_argument("--minutes", type=float, help="training time budget (default: 200 steps)")
     lk.add_argument("--steps", type=int, help="schedule length")
     lk.add_argument("--device", default="cpu", help="cpu or cuda")
     lk.add_argument("--resume", action="store_true", help="continue the last checkpoint")
@@ -306,7 +310,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "ill,toon,hatched)")
     b.add_argument("--key-counts", dest="keys_per_look",
                    help="look: keyframe counts, comma-separated (default: 1,2,4)")
-    b.add_argument("--steps", type=int, help="look: training steps per look (default 400)")
+    b.add_argument("--steps", type=int,
+                   help="look: training steps per look (default 200, as learn-look)")
     b.add_argument("--python", help="look: the Python that trains (default: .venv-backend)")
     b.add_argument("--keep", metavar="DIR", help="look: keep the keys, looks and frames here")
     b.set_defaults(func=cmd_bench)

@@ -184,8 +184,19 @@ def cmd_train_skin(args: argparse.Namespace) -> int:
 
 
 def cmd_learn_look(args: argparse.Namespace) -> int:
-    from .addon.blender.skin.look import LookRequest, learn_look
+    from .addon.blender.skin.look import LookRequest, learn_look, suggest_frames
 
+    if args.suggest is not None:
+        if args.suggest < 1:
+            raise BadInput(f"--suggest {args.suggest}: give how many keyframes, 1 or more")
+        _check_shot(args)
+        scene, frames = _open_shot(args)
+        keys = suggest_frames(scene, list(frames), args.suggest)
+        print("suggested keyframes: " + ", ".join(map(str, keys)))
+        return 0
+    if not args.keys or not args.out:
+        raise BadInput("learn-look needs --keys DIR and --out DIR (or --suggest K to choose "
+                       "the frames to paint)")
     base = _model_folder(args.base, "--base")
     check_distinct({"--out": args.out}, {"--shot": args.shot, "--keys": args.keys,
                                          "--base": None if args.look else base})

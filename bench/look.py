@@ -1,12 +1,13 @@
 """``painted-skin bench look``: looks learned from K painted keyframes against Cycles.
 
-The demo character plays motion its base skin model never trained on (the CMU 05_06
-dance from three-quarter front when ../shared/data has it, else the held-out generated
-wave through the demo's camera). Each look of :mod:`bench.look_materials` is a change
-to the character's Blender materials, so Cycles renders the look's truth in every frame
-(at the base model's training quality). K of those frames (spread evenly over the shot)
-are the painted keys; the look is learned from them by the product's own trainer
-(``python -m painted_skin.backend.skin.look``, the one ``learn-look`` runs, timed as
+The demo character plays motion its base skin model never trained on: the held-out
+generated wave through the demo's camera and, when ../shared/data has it, the CMU 05_06
+dance from three-quarter front (it turns its back). Each look of
+:mod:`bench.look_materials` is a change to the character's Blender materials, so Cycles
+renders the look's truth in every frame (at the base model's training quality). K of
+those frames are the painted keys: the K that show the most of the surface together
+(``learn-look --suggest``'s choice). The look is learned from them by the product's own
+trainer (``python -m painted_skin.backend.skin.look``, which ``learn-look`` runs; timed as
 wall time) and paints every frame through the ONNX runtime, as ``restyle`` would.
 
 Scored on the non-key frames only, masked (:mod:`backend.evaluate.metrics`): PSNR, SSIM,
@@ -46,6 +47,7 @@ from ..addon.blender.passes.beauty import beauty_settings, render_beauty
 from ..addon.blender.passes.geometry import ShotGeometry
 from ..addon.blender.passes.render import PassOptions, iter_frames
 from ..addon.blender.skin import dataset as D
+from ..addon.core.passes import coverage
 from ..backend.skin import features, runtime
 from ..backend.skin.baselines import UVLookup
 from . import look_materials
@@ -66,7 +68,7 @@ from .skin import (
 
 KEY_COUNTS = (1, 2, 4)
 DEFAULT_FRAMES = 24
-DEFAULT_STEPS = 400
+DEFAULT_STEPS = 200
 METHODS = ("look", "key-warp", "uv-bake", "base")
 BASELINES = ("key-warp", "uv-bake")
 UV_GRID = 256
@@ -87,10 +89,12 @@ class Shot:
     truth: dict[str, dict[int, np.ndarray]]  # look -> frame -> RGBA uint8
 
 
-def key_frames(frames: list[int], k: int) -> list[int]:
-    """``k`` frames spread evenly over the shot (the middle of ``k`` equal spans)."""
-    n = len(frames)
-    return [frames[min(n - 1, int((2 * i + 1) * n / (2 * k)))] for i in range(k)]
+def key_frames(shot: Shot, k: int) -> list[int]:
+    """The ``k`` frames that show the most of the character's surface together
+    (:func:`coverage.suggest_keys`: what ``learn-look --suggest`` tells an artist)."""
+    shown = {f: coverage.texels(p["uv"], p["mask"], p["parts"])
+             for f, p in shot.passes.items() if f in shot.frames}
+    return coverage.suggest_keys(shown, k)
 
 
 def render_shot(name: str, scene: bpy.types.Scene, arm: bpy.types.Object, frames: list[int],
@@ -182,16 +186,61 @@ def uv_bake(shot: Shot, keys: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
 
 @dataclass
 class Cell:
+    shot: str
     look: str
     k: int
     rows: dict[str, dict[str, float]]
     train_s: float
     key_psnr: float
+    keys: list[int]
+    outs: dict[str, dict[int, np.ndarray]]
+
+
+SHEET_COLUMNS = 8
+KEY_MARK = (255, 210, 0)
+
+
+def contact_sheet(shot: Shot, cell: Cell, path: Path, tile: int = 192) -> Path:
+    """Rows: Cycles' truth of the look, the look painted from its keys, the key-warp
+    baseline; columns: frames across the shot, the keys among them framed in yellow."""
+    from PIL import Image, ImageDraw
+
+    from ..addon.blender.passes.image_io import write_png
+
+    box = np.zeros_like(np.asarray(shot.passes[shot.frames[0]]["mask"]), bool)
+    for f in shot.frames:
+        box |= np.asarray(shot.passes[f]["mask"]) > 0
+    ys, xs = np.nonzero(box)
+    side = int(max(np.ptp(ys), np.ptp(xs)) * 1.1) + 4
+    cy, cx = (ys.min() + ys.max()) // 2, (xs.min() + xs.max()) // 2
+    y0 = int(np.clip(cy - side // 2, 0, max(box.shape[0] - side, 0)))
+    x0 = int(np.clip(cx - side // 2, 0, max(box.shape[1] - side, 0)))
+    n = len(shot.frames)
+    pick = sorted(set(cell.keys) | {shot.frames[round(i * (n - 1) / (SHEET_COLUMNS - 1))]
+                                    for i in range(SHEET_COLUMNS)})
+
+    def tile_of(img: np.ndarray, key: bool) -> np.ndarray:
+        crop = np.asarray(img)[y0:y0 + side, x0:x0 + side, :3]
+        im = Image.fromarray(np.ascontiguousarray(crop)).resize((tile, tile), Image.NEAREST)
+        if key:
+            ImageDraw.Draw(im).rectangle([0, 0, tile - 1, tile - 1], outline=KEY_MARK, width=4)
+        return np.asarray(im)
+
+    rows = [("Cycles: the look", shot.truth[cell.look]),
+            (f"learned from {cell.k} key(s)", cell.outs["look"]),
+            ("key-warp baseline", cell.outs["key-warp"])]
+    strips = []
+    for label, imgs in rows:
+        strip = np.concatenate([tile_of(imgs[f], f in cell.keys) for f in pick], axis=1)
+        im = Image.fromarray(strip)
+        ImageDraw.Draw(im).text((6, 4), label, fill=(255, 255, 255))
+        strips.append(np.asarray(im))
+    return write_png(path, np.concatenate(strips, axis=0))
 
 
 def run_cell(shot: Shot, look: str, k: int, base: Path, python: str, steps: int,
              tmp: Path, base_outs: dict[int, np.ndarray]) -> Cell:
-    keys = key_frames(shot.frames, k)
+    keys = key_frames(shot, k)
     key_dir, out = tmp / f"keys_{look}_{k}", tmp / f"look_{look}_{k}"
     write_keys(shot, look, keys, key_dir)
     seconds, report = learn(python, key_dir, base, out, steps)
@@ -201,29 +250,34 @@ def run_cell(shot: Shot, look: str, k: int, base: Path, python: str, steps: int,
             "uv-bake": uv_bake(shot, key_imgs), "base": base_outs}
     scored = [f for f in shot.frames if f not in keys]
     rows = {m: score(scored, shot.passes, shot.truth[look], outs[m]) for m in METHODS}
-    return Cell(look, k, rows, seconds, float(report.get("key_fit", {}).get("psnr", math.nan)))
+    fit = float(report.get("key_fit", {}).get("psnr", math.nan))
+    return Cell(shot.name, look, k, rows, seconds, fit, keys, outs)
 
 
-def _shot(arm: bpy.types.Object, scene: bpy.types.Scene, tmp: Path, frames: int
-          ) -> tuple[str, list[int], bpy.types.Object | None]:
-    """(name, frames, a camera made for it or None) of the bench's shot."""
+def _shots(arm: bpy.types.Object, scene: bpy.types.Scene, tmp: Path, frames: int) -> list:
+    """(name, a function that retargets the shot and returns (frames, camera or None))."""
+    kind, seed = D.HELD_OUT_CLIPS[0]
+    shots = [(f"{kind}/demo", lambda: (_generated_shot(arm, tmp, kind, seed, frames), None))]
     path = SHARED_DATA / NEVER_TRAINED_CLIP
     if path.is_file():
-        todo = _real_shot(arm, path, frames)
-        return "cmu_05_06/three_quarter", todo, _follow_camera(scene, arm, "three_quarter",
-                                                               todo)
-    print(f"bench look: {path} is absent: the held-out wave instead", file=sys.stderr)
-    kind, seed = D.HELD_OUT_CLIPS[0]
-    return f"{kind}/demo", _generated_shot(arm, tmp, kind, seed, frames), None
+        def dance() -> tuple[list[int], bpy.types.Object]:
+            todo = _real_shot(arm, path, frames)
+            return todo, _follow_camera(scene, arm, "three_quarter", todo)
+
+        shots.append(("cmu_05_06/three_quarter", dance))
+    else:
+        print(f"bench look: {path} is absent: its shot is skipped", file=sys.stderr)
+    return shots
 
 
 def table(cells: list[Cell]) -> list[str]:
-    head = (f"{'look':<8} {'K':>2} {'psnr':>6} {'ssim':>6} {'flip':>6} {'warp':>6} "
+    head = (f"{'shot':<24} {'look':<8} {'K':>2} {'psnr':>6} {'ssim':>6} {'flip':>6} {'warp':>6} "
             f"{'warp_b':>6} {'uvb_b':>6} {'base':>6} {'keys':>6} {'train_s':>7}")
     lines = [head, "-" * len(head)]
     for c in cells:
         r = c.rows["look"]
-        lines.append(f"{c.look:<8} {c.k:>2} {_fmt(r['psnr'], 2):>6} {_fmt(r['ssim'], 3):>6} "
+        lines.append(f"{c.shot:<24} {c.look:<8} {c.k:>2} {_fmt(r['psnr'], 2):>6} "
+                     f"{_fmt(r['ssim'], 3):>6} "
                      f"{_fmt(r['flip'], 3):>6} {_fmt(r['warp_ratio'], 2):>6} "
                      f"{_fmt(c.rows['key-warp']['psnr'], 2):>6} "
                      f"{_fmt(c.rows['uv-bake']['psnr'], 2):>6} "
@@ -282,28 +336,35 @@ def main(model: str | None = None, frames: int | None = None, looks: list[str] |
     fingerprint = D.character_fingerprint(arm)
     base_model = runtime.load_model(info.folder, fingerprint)
     cells: list[Cell] = []
+    demo_camera = scene.camera
     with tempfile.TemporaryDirectory(prefix="painted-skin-bench-look-") as tmp_name:
-        tmp = Path(keep) if keep else Path(tmp_name)
-        tmp.mkdir(parents=True, exist_ok=True)
-        name, todo, cam = _shot(arm, scene, tmp, frames)
-        if cam is not None:
-            scene.camera = cam
-        shot = render_shot(name, scene, arm, todo, info.size, info.samples, looks, tmp)
-        base_outs = paint_model(base_model, shot)
-        for look in looks:
-            for k in counts:
-                cells.append(run_cell(shot, look, k, info.folder, py, steps, tmp, base_outs))
-                c = cells[-1]
-                print(f"bench look: {look} K={k}: {c.rows['look']['psnr']:.2f} dB "
-                      f"(key-warp {c.rows['key-warp']['psnr']:.2f}, uv-bake "
-                      f"{c.rows['uv-bake']['psnr']:.2f}), {c.train_s:.0f} s",
-                      file=sys.stderr, flush=True)
-        if keep:  # every frame's passes and each look's truth, for study
-            (tmp / "frames").mkdir(exist_ok=True)
-            for f in shot.frames:
-                np.savez_compressed(tmp / "frames" / f"{f:04d}.npz", **shot.passes[f],
-                                    **{f"truth_{lk}": d[f] for lk, d in shot.truth.items()})
-    print(f"shot: {name}, {len(shot.frames)} frames at {FPS:g} fps, {info.size}², Cycles "
+        root = Path(keep) if keep else Path(tmp_name)
+        for name, retarget in _shots(arm, scene, root, frames):
+            tmp = root / name.replace("/", "_")
+            tmp.mkdir(parents=True, exist_ok=True)
+            todo, cam = retarget()
+            scene.camera = cam or demo_camera
+            shot = render_shot(name, scene, arm, todo, info.size, info.samples, looks, tmp)
+            base_outs = paint_model(base_model, shot)
+            for look in looks:
+                for k in counts:
+                    c = run_cell(shot, look, k, info.folder, py, steps, tmp, base_outs)
+                    cells.append(c)
+                    if keep and k == 2:
+                        contact_sheet(shot, c, tmp / f"sheet_{look}_k{k}.png")
+                    c.outs = {}  # the frames are scored: let them go
+                    print(f"bench look: {name} {look} K={k}: {c.rows['look']['psnr']:.2f} dB "
+                          f"(key-warp {c.rows['key-warp']['psnr']:.2f}, uv-bake "
+                          f"{c.rows['uv-bake']['psnr']:.2f}), {c.train_s:.0f} s",
+                          file=sys.stderr, flush=True)
+            if keep:  # every frame's passes and each look's truth, for study
+                (tmp / "frames").mkdir(exist_ok=True)
+                for f in shot.frames:
+                    np.savez_compressed(tmp / "frames" / f"{f:04d}.npz", **shot.passes[f],
+                                        **{f"truth_{lk}": d[f] for lk, d in shot.truth.items()})
+            scene.camera = demo_camera
+    print(f"shots: {', '.join(sorted({c.shot for c in cells}))}; {frames} frames each at "
+          f"{FPS:g} fps, {info.size}², Cycles "
           f"{info.samples} samples + denoising; base model {info.folder}; {steps} steps per "
           f"look; {os.cpu_count()} CPU(s)")
     print("scored on the non-key frames against Cycles renders of the look; warp = warping "

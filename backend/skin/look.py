@@ -41,7 +41,7 @@ from .train import Frame, TrainConfig, TrainError, TrainResult, calibrate_steps,
 
 #: The share of the schedule the neural textures stay still (see the module doc).
 TEXTURE_FROM = 0.4
-DEFAULT_STEPS = 400
+DEFAULT_STEPS = 200
 NET_RATE = 0.6  # the fine-tune's network rate, a share of the base's
 KEY_ALPHA = 0.5  # a key's pixel counts where its alpha is at least this
 

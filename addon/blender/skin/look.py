@@ -148,6 +148,27 @@ def write_key_frames(scene: bpy.types.Scene, keys: dict[int, Path], out: Path) -
         np.savez(out / f"{f:04d}.npz", beauty=images[f], **arrays)
 
 
+SUGGEST_SIDE = 128  # coverage is counted on a coarse UV grid: a small render suffices
+
+
+def suggest_frames(scene: bpy.types.Scene, frames: list[int], k: int) -> list[int]:
+    """The ``k`` frames of ``frames`` that show the most of the character's surface
+    together (:func:`coverage.suggest_keys` over the fast engine's uv, mask and parts)."""
+    from ...core.passes import coverage
+    from ..passes.geometry import ShotGeometry
+    from ..passes.render import PassOptions, iter_frames
+
+    w, h = render_size(scene)
+    scale = SUGGEST_SIDE / max(w, h)
+    w, h = max(16, round(w * scale)), max(16, round(h * scale))
+    opts = PassOptions(frames=range(frames[0], frames[-1] + 1), width=w, height=h,
+                       engine="fast", passes=("uv", "mask", "parts"))
+    opts.validate()
+    shown = {f: coverage.texels(a["uv"], a["mask"], a["parts"])
+             for f, _, a, _ in iter_frames(scene, ShotGeometry(scene, w, h), opts, frames)}
+    return coverage.suggest_keys(shown, k)
+
+
 def look_command(req: LookRequest, python: str, key_dir: Path, fp: Path, digest: str
                  ) -> list[str]:
     cmd = [python, "-m", LOOK_MODULE, "--keys", str(key_dir), "--base", str(req.base),

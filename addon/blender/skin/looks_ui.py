@@ -47,6 +47,11 @@ class PS_Look(bpy.types.PropertyGroup):
 class PS_LooksSettings(bpy.types.PropertyGroup):
     looks: CollectionProperty(type=PS_Look)
     active: IntProperty(name="Look", default=0, min=0)
+    suggest_count: IntProperty(name="Keys", default=2, min=1, max=16,
+                               description="How many keyframes to suggest")
+    suggested: StringProperty(name="Suggested", default="",
+                              description="The frames that show the most of the character "
+                                          "together: paint these")
     minutes: FloatProperty(name="Minutes", default=5.0, min=0.1, max=600.0,
                            description="Time budget to learn a look (the schedule is fitted "
                                        "to it)")
@@ -209,6 +214,38 @@ class PS_OT_paint_keyframe(bpy.types.Operator):
         return {"FINISHED"}
 
 
+class PS_OT_suggest_keyframes(bpy.types.Operator):
+    """Find the frames of the scene's range that show the most of the character's surface
+    together: the keyframes worth painting (a look knows a surface where a key shows it)"""
+
+    bl_idname = "painted_skin.suggest_keyframes"
+    bl_label = "Suggest Keyframes"
+
+    @classmethod
+    def poll(cls, context):
+        if context.scene.camera is None:
+            cls.poll_message_set("the scene has no camera")
+            return False
+        return True
+
+    def execute(self, context):
+        from .look import suggest_frames
+
+        scene, s = context.scene, _settings(context)
+        frames = list(range(scene.frame_start, scene.frame_end + 1))
+        current = scene.frame_current
+        try:
+            keys = suggest_frames(scene, frames, s.suggest_count)
+        except ValueError as e:
+            self.report({"ERROR"}, str(e))
+            return {"CANCELLED"}
+        finally:
+            scene.frame_set(current)
+        s.suggested = ", ".join(map(str, keys))
+        self.report({"INFO"}, f"paint frames {s.suggested}")
+        return {"FINISHED"}
+
+
 def save_painted_keys(look: PS_Look) -> int:
     """Save the look's key images edited in Blender (a painted key not yet saved)."""
     folder = keys_folder(look).resolve()
@@ -318,6 +355,11 @@ class PS_PT_looks(SidebarPanel, bpy.types.Panel):
             col.label(text="Keys: " + (", ".join(map(str, keys[:8]))
                                        + (" ..." if len(keys) > 8 else "") if keys
                                        else "none yet"))
+        row = col.row(align=True)
+        row.operator(PS_OT_suggest_keyframes.bl_idname, icon="VIEWZOOM")
+        row.prop(s, "suggest_count")
+        if s.suggested:
+            col.label(text=f"Paint frames: {s.suggested}")
         col.operator(PS_OT_paint_keyframe.bl_idname, icon="TPAINT_HLT")
         draw_hint(col, context, PS_OT_paint_keyframe)
         col.prop(s, "minutes")
@@ -329,7 +371,7 @@ class PS_PT_looks(SidebarPanel, bpy.types.Panel):
 
 
 CLASSES = (PS_Look, PS_LooksSettings, PS_UL_looks, PS_OT_add_look, PS_OT_remove_look,
-           PS_OT_paint_keyframe, PS_OT_learn_look, PS_PT_looks)
+           PS_OT_suggest_keyframes, PS_OT_paint_keyframe, PS_OT_learn_look, PS_PT_looks)
 
 
 def register() -> None:

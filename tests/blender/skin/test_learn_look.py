@@ -159,6 +159,11 @@ def test_the_looks_panel_lists_keys_and_restyle_sends_the_mix(bpy_clean, shot, t
         assert "look" not in restyle_options(r)
         r.look_mix_with, r.look_mix = "ill", 0.25
         assert restyle_options(r)["look"] == {"base": 0.75, "ill": 0.25}
+        scene.painted_skin_looks.suggest_count = 2
+        assert bpy.ops.painted_skin.suggest_keyframes() == {"FINISHED"}
+        picked = [int(x) for x in scene.painted_skin_looks.suggested.split(",")]
+        assert len(picked) == 2 and all(scene.frame_start <= f <= scene.frame_end
+                                        for f in picked)
         bpy.ops.painted_skin.remove_look()
         assert len(scene.painted_skin_looks.looks) == 0
     finally:
