@@ -45,8 +45,10 @@ class PS_Look(bpy.types.PropertyGroup):
 
 
 class PS_LooksSettings(bpy.types.PropertyGroup):
-    looks: CollectionProperty(type=PS_Look)
-    active: IntProperty(name="Look", default=0, min=0)
+    looks: CollectionProperty(type=PS_Look, description="The character's looks, each "
+                              "learned from its painted keyframes")
+    active: IntProperty(name="Look", default=0, min=0,
+                        description="The look the buttons below act on")
     suggest_count: IntProperty(name="Keys", default=2, min=1, max=16,
                                description="How many keyframes to suggest")
     suggested: StringProperty(name="Suggested", default="",
@@ -262,8 +264,10 @@ def learn_command(context, look: PS_Look, minutes: float) -> list[str]:
     """``painted-skin learn-look`` for the look, through the trainer child's launcher."""
     p = preferences(context)
     python = bpy.path.abspath(p.python) if p is not None and p.python else None
-    base = str(model_folder(context)) if (model_folder(context) / "config.json").is_file() \
-        else "demo"
+    from .train import EMBEDDED_MODEL
+
+    trained = (model_folder(context) / "config.json").is_file()
+    base = str(model_folder(context) if trained else EMBEDDED_MODEL)
     args = ["learn-look", "--shot", bpy.data.filepath, "--keys", str(keys_folder(look)),
             "--base", base, "--out", str(model_folder(context)), "--look", look.name,
             "--minutes", f"{minutes:g}", *(["--python", python] if python else [])]
