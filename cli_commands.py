@@ -372,6 +372,9 @@ def cmd_restyle(args: argparse.Namespace) -> int:
         _parse_size(args.size)  # checked before the shot opens
     options = _parse_options(args.options)
     if args.look:
+        if args.pipeline not in (None, "skin"):
+            raise BadInput(f"--look is a skin model's: it paints with the skin pipeline, not "
+                           f"--pipeline {args.pipeline}")
         options["look"] = parse_look(args.look)
     models = _skin_model_folder(args)
     if models:

@@ -342,7 +342,6 @@ class PS_PT_looks(SidebarPanel, bpy.types.Panel):
     bl_idname = "PS_PT_looks"
     bl_label = "Looks"
     bl_parent_id = "PS_PT_skin"
-    bl_options = {"DEFAULT_CLOSED"}
 
     def draw(self, context):
         s = _settings(context)
