@@ -115,6 +115,9 @@ class SkinPipeline:
         self.model_id = model_identity(folder)
         self.model = runtime.load_model(folder, options.get("character"), device,
                                         engine=engine)
+        # the looks this session paints, loaded now: a broken one fails the OPEN, not a frame
+        for look in runtime.look_weights(options.get("look"), self.model.looks):
+            self.model.look_engine(look)
         # the server keeps a session state (and skips its cache) only for stateful pipelines
         self.stateful = self.model.temporal
 
