@@ -150,8 +150,10 @@ def paint_model(model: runtime.SkinModel, shot: Shot) -> dict[int, np.ndarray]:
         if model.temporal and prev_out is not None and prev_f == f - 1:
             prev = features.warp_previous_output(prev_out, p["motion"], p["depth"],
                                                  shot.passes[prev_f]["depth"])
-        prev_out, prev_f = model.render(p, prev), f
-        outs[f] = prev_out
+        # as the skin pipeline sends (and chains) it: Cycles' black film off the character
+        painted = model.render(p, prev)
+        prev_out = np.where(np.asarray(p["mask"])[..., None] > 0, painted, np.uint8(0))
+        outs[f], prev_f = prev_out, f
     return outs
 
 
@@ -381,3 +383,22 @@ def main(model: str | None = None, frames: int | None = None, looks: list[str] |
 
 
 __all__ = ["CAMERAS", "main"]
+
+
+def redraw_sheet(shot_dir: Path, look: str, k: int, out: Path) -> Path:
+    """A contact sheet again from a ``--keep`` shot folder (its frames, keys and look),
+    e.g. for the README."""
+    frames, passes, truth = [], {}, {}
+    for path in sorted((shot_dir / "frames").glob("*.npz")):
+        with np.load(path) as z:
+            f = int(path.stem)
+            frames.append(f)
+            passes[f] = {n: z[n] for n in z.files if not n.startswith("truth_")}
+            truth[f] = z[f"truth_{look}"]
+    shot = Shot(shot_dir.name, frames, passes, {look: truth})
+    keys = sorted(int(p.stem) for p in (shot_dir / f"keys_{look}_{k}").glob("*.npz"))
+    key_imgs = {f: truth[f] for f in keys}
+    model = runtime.load_model(shot_dir / f"look_{look}_{k}")
+    outs = {"look": paint_model(model, shot), "key-warp": key_warp(shot, key_imgs)}
+    cell = Cell(shot.name, look, k, {}, 0.0, math.nan, keys, outs)
+    return contact_sheet(shot, cell, out)
