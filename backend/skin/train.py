@@ -228,8 +228,10 @@ def train(frames: Sequence[Frame], cfg: TrainConfig, *,
             raise TrainError(f"nothing to resume: no checkpoint at {ckpt}; drop --resume "
                              "to start a new run")
         state = torch.load(ckpt, map_location=cfg.device, weights_only=False)
-        if state["train_cfg"] != cfg.fixed():
-            diff = sorted(k for k in cfg.fixed() if state["train_cfg"].get(k) != cfg.fixed()[k])
+        # a setting newer than the checkpoint counts as its default there
+        saved = {**TrainConfig().fixed(), **state["train_cfg"]}
+        if saved != cfg.fixed():
+            diff = sorted(k for k in cfg.fixed() if saved.get(k) != cfg.fixed()[k])
             raise TrainError(f"checkpoint {ckpt} was trained with other settings "
                              f"({', '.join(diff)}): use the same ones or start a new run")
     lay = features.layout(cfg.inputs, cfg.temporal)

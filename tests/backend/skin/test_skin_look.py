@@ -3,6 +3,7 @@ multi-look folder, and mixing looks when painting (``runtime``, the ``skin`` pip
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -145,3 +146,23 @@ def test_a_look_changes_the_model_identity(base, tmp_path):
     assert skin_pipeline.model_identity(out) != before
     cfg = json.loads((out / "looks" / "a" / "config.json").read_text())
     assert cfg["fingerprint"] == runtime.read_config(folder)["fingerprint"]
+
+
+def test_a_checkpoint_from_before_a_setting_existed_resumes(tmp_path):
+    """A checkpoint written before ``texture_from`` existed resumes (the setting counts as
+    its default there); one with another real setting is still refused."""
+    from painted_skin.backend.skin.testing import tiny_config
+    from painted_skin.backend.skin.train import TrainError, train
+
+    data = synthetic.dataset(6, 32, seed=2)
+    ckpt = tmp_path / "run.ckpt"
+    cfg = tiny_config(steps=3, crop=32, checkpoint=str(ckpt))
+    with torch_threads(2):
+        train(data, dataclasses.replace(cfg, steps=3, minutes=None), resume=False)
+        state = torch.load(ckpt, weights_only=False)
+        del state["train_cfg"]["texture_from"]
+        state["step"] = 1
+        torch.save(state, ckpt)
+        assert train(data, cfg, resume=True).report["steps"] == 3
+        with pytest.raises(TrainError, match="other settings.*seed"):
+            train(data, dataclasses.replace(cfg, seed=9), resume=True)
