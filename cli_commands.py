@@ -208,15 +208,28 @@ def cmd_learn_look(args: argparse.Namespace) -> int:
 
 
 def _model_folder(spec: str, flag: str) -> Path:
-    """A skin model given as a folder, or as a name of the backend's registry."""
+    """A skin model given as a folder, or as a name of the skin-model registry
+    (``$PAINTED_SKIN_SKIN_MODELS``, else the backend's own file beside this package;
+    ``demo``: the embedded model)."""
+    import os
+
+    from .addon.blender.skin.train import EMBEDDED_MODEL
+    from .addon.core.backend.skin_registry import REGISTRY_ENV, RegistryError, read_registry
+
     if (Path(spec) / "config.json").is_file():
         return Path(spec)
-    from .backend.skin.registry import RegistryError, resolve
-
+    path = Path(os.environ.get(REGISTRY_ENV)
+                or Path(__file__).resolve().parent / "backend" / "skin" / "registry.toml")
     try:
-        return resolve(spec)
+        names = read_registry(path) if path.is_file() else {}
     except RegistryError as e:
-        raise BadInput(f"{flag} {spec}: not a model folder (no config.json), and {e}") from None
+        raise BadInput(f"{flag} {spec}: {e}") from None
+    if spec in names:
+        return names[spec]
+    if spec == "demo":
+        return EMBEDDED_MODEL
+    raise BadInput(f"{flag} {spec}: not a model folder (no config.json) nor a model of the "
+                   f"registry {path} (it has: {', '.join(sorted(names)) or 'nothing'})")
 
 
 def _demo_character():

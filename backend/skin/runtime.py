@@ -274,9 +274,11 @@ class SkinModel:
 
     def _paint(self, passes: dict[str, np.ndarray],
                previous: tuple[np.ndarray, np.ndarray] | None, noise: np.ndarray | None,
-               stabilize_strength: float, nets: list) -> np.ndarray:
-        """The networks ``nets`` ((engine, weight) pairs) over the whole of ``passes``
-        (see :meth:`render`), mixed; ``noise``: the diffusion head's start, (1, 3, H, W)."""
+               stabilize_strength: float, nets: list | None = None) -> np.ndarray:
+        """The networks ``nets`` ((engine, weight) pairs; None: the base alone) over the
+        whole of ``passes`` (see :meth:`render`), mixed; ``noise``: the diffusion head's
+        start, (1, 3, H, W)."""
+        nets = nets if nets is not None else [(self.engine, 1.0)]
         x = features.frame_features(passes, self.layout, self.bounds,
                                     previous if self.temporal else None)[None]
         out = 0.0

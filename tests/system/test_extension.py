@@ -31,7 +31,7 @@ CLI_ONLY_IMPORTS = {("cli.py", "bench.retarget"), ("cli.py", "bench.passes"),
                     ("cli.py", "bench.diffusion"),
                     ("cli.py", "bench.transport"), ("cli.py", "backend.diffusion.engine_cli"),
                     ("cli.py", "backend.evaluate.score"), ("cli.py", "bench.skin"),
-                    ("cli.py", "bench.viewport")}
+                    ("cli.py", "bench.viewport"), ("cli.py", "bench.look")}
 # Backend code the zip leaves out (torch, onnxruntime), reached only from the factories of
 # pipelines whose ``available()`` is False there.
 BACKEND_ONLY = ("backend/pipelines/diffusion.py", "backend/pipelines/skin.py",

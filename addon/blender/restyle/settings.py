@@ -65,7 +65,7 @@ def _model_enum(s, _context) -> list:
 
 
 def _look_enum(s, context) -> list:
-    from ..skin.looks_ui import model_looks
+    from ..skin.ui import model_looks
 
     looks = model_looks(context, s.model) if context is not None else ["base"]
     _ITEMS["look"] = items = _numbered([(n, n, f"Paint the look {n!r}") for n in looks])
@@ -73,7 +73,7 @@ def _look_enum(s, context) -> list:
 
 
 def _mix_enum(s, context) -> list:
-    from ..skin.looks_ui import model_looks
+    from ..skin.ui import model_looks
 
     looks = model_looks(context, s.model) if context is not None else ["base"]
     _ITEMS["mix"] = items = _numbered([("none", "None", "No second look")]
@@ -293,7 +293,7 @@ def restyle_options(s: PS_RestyleSettings) -> dict:
     if weights is not None:
         options["ref_weights"] = weights
     if s.pipeline.strip() == "skin":
-        from ..skin.looks_ui import look_option
+        from ..skin.ui import look_option
 
         look = look_option(s.look, s.look_mix_with, s.look_mix)
         if look is not None:

@@ -25,7 +25,6 @@ from ..preferences import preferences
 from . import ui as skin_ui
 
 KEY_FILE = re.compile(r"\d{4,8}\.png")
-LOOK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
 def _look_name_changed(self, context) -> None:
@@ -82,27 +81,6 @@ def key_frames(look: PS_Look) -> list[int]:
 def model_folder(context) -> Path:
     """The Model Folder of the Skin Model panel: where looks are learned into."""
     return Path(bpy.path.abspath(context.scene.painted_skin_skin.model_dir))
-
-
-def model_looks(context, model: str) -> list[str]:
-    """The looks of the skin model Restyle names ``model`` ("scene" or "folder": the
-    Skin Model panel's folders; a registry name: its base only, the backend's to read)."""
-    folder = skin_ui.scene_models(context).get(model)
-    names = []
-    root = Path(folder) / "looks" if folder else None
-    if root is not None and root.is_dir():
-        names = sorted(p.name for p in root.iterdir()
-                       if LOOK_NAME.fullmatch(p.name) and (p / "config.json").is_file())
-    return ["base", *names]
-
-
-def look_option(look: str, mix_with: str, mix: float) -> str | dict[str, float] | None:
-    """Restyle's ``look`` option from the panel: a look, or two mixed (None: the base)."""
-    if mix_with not in ("", "none", look) and mix > 0.0:
-        if mix >= 1.0:
-            return mix_with
-        return {look: round(1.0 - mix, 4), mix_with: round(mix, 4)}
-    return None if look in ("", "base") else look
 
 
 class PS_UL_looks(bpy.types.UIList):

@@ -33,6 +33,7 @@ from ..classes import (
 from ..out_paths import PATH_OPTIONS
 from ..passes.geometry import render_meshes
 from ..preferences import preferences
+from . import look
 
 # The panel's one training: the running (or last) :class:`TrainingRun`.
 _RUN: dict = {"job": None}
@@ -436,6 +437,27 @@ def scene_models(context=None) -> dict[str, str]:
         if folder is not None and (folder / "config.json").is_file():
             out[name] = str(folder)
     return out
+
+
+def model_looks(context, model: str) -> list[str]:
+    """The looks of the skin model Restyle names ``model`` ("scene" or "folder": the
+    Skin Model panel's folders; a registry name: its base only, the backend's to read)."""
+    folder = scene_models(context).get(model)
+    names = []
+    root = Path(folder) / "looks" if folder else None
+    if root is not None and root.is_dir():
+        names = sorted(p.name for p in root.iterdir()
+                       if look.LOOK_NAME.fullmatch(p.name) and (p / "config.json").is_file())
+    return ["base", *names]
+
+
+def look_option(look: str, mix_with: str, mix: float) -> str | dict[str, float] | None:
+    """Restyle's ``look`` option from the panel: a look, or two mixed (None: the base)."""
+    if mix_with not in ("", "none", look) and mix > 0.0:
+        if mix >= 1.0:
+            return mix_with
+        return {look: round(1.0 - mix, 4), mix_with: round(mix, 4)}
+    return None if look in ("", "base") else look
 
 
 class PS_PT_skin(SidebarPanel, bpy.types.Panel):

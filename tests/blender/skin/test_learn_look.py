@@ -150,7 +150,9 @@ def test_the_looks_panel_lists_keys_and_restyle_sends_the_mix(bpy_clean, shot, t
         (model / "config.json").write_text("{}")
         (model / "looks" / "ill" / "config.json").write_text("{}")
         scene.painted_skin_skin.model_dir = str(model)
-        assert looks_ui.model_looks(bpy.context, "scene") == ["base", "ill"]
+        from painted_skin.addon.blender.skin.ui import model_looks
+
+        assert model_looks(bpy.context, "scene") == ["base", "ill"]
         r = scene.painted_skin_restyle
         from painted_skin.addon.blender.restyle.settings import restyle_options
 

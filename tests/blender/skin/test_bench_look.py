@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 BACKEND_PYTHON = REPO / ".venv-backend" / "bin" / "python"
 LAST_LINE = re.compile(r"^look psnr: (\S+) min_psnr: (\S+) ssim: (\S+) warp_ratio: (\S+) "
                        r"vs_best_baseline_db: (\S+) train_s: (\S+)$")
