@@ -199,7 +199,7 @@ class PS_OT_suggest_keyframes(bpy.types.Operator):
     together: the keyframes worth painting (a look knows a surface where a key shows it)"""
 
     bl_idname = "painted_skin.suggest_keyframes"
-    bl_label = "Suggest Keyframes"
+    bl_label = "Suggest Keys"
 
     @classmethod
     def poll(cls, context):
@@ -238,14 +238,22 @@ def save_painted_keys(look: PS_Look) -> int:
     return saved
 
 
+def base_model(context) -> Path | None:
+    """The model a look starts from: the Model Folder's, else the embedded one (the demo
+    character's; a checkout has it, an installed extension does not)."""
+    from .train import EMBEDDED_MODEL
+
+    for folder in (model_folder(context), EMBEDDED_MODEL):
+        if (folder / "config.json").is_file():
+            return folder
+    return None
+
+
 def learn_command(context, look: PS_Look, minutes: float) -> list[str]:
     """``painted-skin learn-look`` for the look, through the trainer child's launcher."""
     p = preferences(context)
     python = bpy.path.abspath(p.python) if p is not None and p.python else None
-    from .train import EMBEDDED_MODEL
-
-    trained = (model_folder(context) / "config.json").is_file()
-    base = str(model_folder(context) if trained else EMBEDDED_MODEL)
+    base = str(base_model(context))
     args = ["learn-look", "--shot", bpy.data.filepath, "--keys", str(keys_folder(look)),
             "--base", base, "--out", str(model_folder(context)), "--look", look.name,
             "--minutes", f"{minutes:g}", *(["--python", python] if python else [])]
@@ -266,6 +274,8 @@ class PS_OT_learn_look(bpy.types.Operator):
                else "Save the .blend first: learning reads the saved shot"
                if not bpy.data.filepath
                else "a training is running" if skin_ui.training_running()
+               else "no skin model to start from: Train Skin Model first (a look is learned "
+                    "from the character's model)" if base_model(context) is None
                else f"paint a keyframe of {look.name!r} first (Paint Keyframe)"
                if not key_frames(look) else None)
         if why:
@@ -348,7 +358,8 @@ class PS_PT_looks(SidebarPanel, bpy.types.Panel):
             col.operator(skin_ui.PS_OT_cancel_training.bl_idname, icon="CANCEL")
         else:
             col.operator(PS_OT_learn_look.bl_idname, icon="PLAY")
-            draw_hint(col, context, PS_OT_learn_look)
+            if look is not None:  # else Paint Keyframe's hint above says it
+                draw_hint(col, context, PS_OT_learn_look)
 
 
 CLASSES = (PS_Look, PS_LooksSettings, PS_UL_looks, PS_OT_add_look, PS_OT_remove_look,
