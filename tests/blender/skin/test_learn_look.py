@@ -170,3 +170,33 @@ def test_the_looks_panel_lists_keys_and_restyle_sends_the_mix(bpy_clean, shot, t
         assert len(scene.painted_skin_looks.looks) == 0
     finally:
         painted_skin.unregister()
+
+
+def test_paint_keyframe_saves_the_models_painting_as_the_key(bpy_clean, shot, tmp_path,
+                                                            skin_backend):
+    """Paint Keyframe: the skin model paints the current frame (the underlay) into the
+    look's folder as NNNN.png at the render size; a second press keeps the artist's file."""
+    import bpy
+    import painted_skin
+    from painted_skin.addon.blender.passes.image_io import read_image
+    from painted_skin.addon.blender.skin import looks_ui
+
+    bpy.ops.wm.open_mainfile(filepath=str(shot))
+    painted_skin.register()
+    try:
+        scene = bpy.context.scene
+        scene.painted_skin_restyle.url = skin_backend
+        bpy.ops.painted_skin.add_look()
+        look = looks_ui.active_look(bpy.context)
+        look.keys_dir = str(tmp_path / "keys")
+        scene.frame_set(3)
+        assert bpy.ops.painted_skin.paint_keyframe() == {"FINISHED"}
+        key = tmp_path / "keys" / "0003.png"
+        img = np.asarray(read_image(key))
+        assert img.shape[:2] == (SIZE, SIZE) and img[..., :3].std() > 5
+        key.write_bytes(key.read_bytes())  # the artist's painting, as saved
+        before = key.stat().st_mtime_ns
+        assert bpy.ops.painted_skin.paint_keyframe() == {"FINISHED"}
+        assert key.stat().st_mtime_ns == before  # opened, not painted over
+    finally:
+        painted_skin.unregister()
