@@ -100,7 +100,8 @@ def key_frames(shot: Shot, k: int) -> list[int]:
 
 
 def render_shot(name: str, scene: bpy.types.Scene, arm: bpy.types.Object, frames: list[int],
-                size: int, samples: int, looks: list[str], tmp: Path) -> Shot:
+                size: int, samples: int, looks: list[str], tmp: Path,
+                min_frames: int = 2 * max(KEY_COUNTS)) -> Shot:
     """The shot's passes (fast engine) and each look's Cycles frames (and the base's)."""
     geo = ShotGeometry(scene, size, size)
     opts = PassOptions(frames=range(frames[0], frames[-1] + 1), width=size, height=size,
@@ -108,7 +109,7 @@ def render_shot(name: str, scene: bpy.types.Scene, arm: bpy.types.Object, frames
     opts.validate()
     passes = {f: arrays for f, _, arrays, _ in iter_frames(scene, geo, opts, frames)}
     frames = [f for f in frames if (np.asarray(passes[f]["mask"]) > 0).any()]
-    if len(frames) < 2 * max(KEY_COUNTS):
+    if len(frames) < min_frames:
         raise LookBenchError(f"{name}: the character is in view in only {len(frames)} "
                              "frames: give more --frames")
     meshes = D.character_meshes(arm)
@@ -400,7 +401,8 @@ def main(model: str | None = None, frames: int | None = None, looks: list[str] |
             tmp.mkdir(parents=True, exist_ok=True)
             todo, cam = retarget()
             scene.camera = cam or demo_camera
-            shot = render_shot(name, scene, arm, todo, info.size, info.samples, looks, tmp)
+            shot = render_shot(name, scene, arm, todo, info.size, info.samples, looks, tmp,
+                               2 * max(counts))
             base_outs = paint_model(base_model, shot)
             for look in looks:
                 for k in counts:
