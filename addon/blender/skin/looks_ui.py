@@ -260,12 +260,13 @@ def learn_command(context, look: PS_Look, minutes: float) -> list[str]:
     return skin_ui.child_command(args)
 
 
-class PS_OT_learn_look(bpy.types.Operator):
+class PS_OT_learn_look(skin_ui.TrainerOperator, bpy.types.Operator):
     """Learn the look from its painted keyframes (fine-tunes the skin model in the Backend
     Python); Esc or Cancel stops with a checkpoint"""
 
     bl_idname = "painted_skin.learn_look"
     bl_label = "Learn Look"
+    done_text = "look learned"
 
     @classmethod
     def poll(cls, context):
@@ -282,48 +283,12 @@ class PS_OT_learn_look(bpy.types.Operator):
             cls.poll_message_set(why)
         return why is None
 
-    def execute(self, context):
-        job = self._start(context)
-        job.wait()
-        return self._finished(job)
-
     def _start(self, context):
         look = active_look(context)
         save_painted_keys(look)
         if bpy.data.is_dirty:
             bpy.ops.wm.save_mainfile()
         return skin_ui.start_training(learn_command(context, look, _settings(context).minutes))
-
-    def _finished(self, job):
-        if job.code == 0:
-            self.report({"INFO"}, f"look learned: {job.last_line}")
-            return {"FINISHED"}
-        self.report({"WARNING"} if job.code == 130 else {"ERROR"}, job.status)
-        return {"CANCELLED"}
-
-    def invoke(self, context, event):
-        if context.window is None:
-            return self.execute(context)
-        self._start(context)
-        wm = context.window_manager
-        self._timer = wm.event_timer_add(0.5, window=context.window)
-        wm.modal_handler_add(self)
-        return {"RUNNING_MODAL"}
-
-    def modal(self, context, event):
-        job = skin_ui._RUN["job"]
-        if event.type == "ESC" and event.value == "PRESS":
-            skin_ui.cancel_training()
-        if event.type != "TIMER":
-            return {"PASS_THROUGH"}
-        ended = job.step()
-        for area in context.screen.areas:
-            if area.type == "VIEW_3D":
-                area.tag_redraw()
-        if not ended:
-            return {"RUNNING_MODAL"}
-        context.window_manager.event_timer_remove(self._timer)
-        return self._finished(job)
 
 
 class PS_PT_looks(SidebarPanel, bpy.types.Panel):

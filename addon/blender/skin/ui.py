@@ -238,12 +238,60 @@ def training_running() -> bool:
     return job is not None and job.running and job.proc.poll() is None
 
 
-class PS_OT_train_skin(bpy.types.Operator):
+class TrainerOperator:
+    """What Train Skin Model and Learn Look share: ``_start(context)`` starts a trainer
+    child (:func:`start_training`); in a window a timer steps it (the panel's bar and
+    status), Esc cancels it (a checkpoint is saved); headless the operator waits."""
+
+    done_text = "done"
+
+    def _start(self, context) -> TrainingRun:
+        raise NotImplementedError
+
+    def _finished(self, job: TrainingRun):
+        if job.code == 0:
+            self.report({"INFO"}, f"{self.done_text}: {job.last_line}")
+            return {"FINISHED"}
+        self.report({"WARNING"} if job.code == 130 else {"ERROR"}, job.status)
+        return {"CANCELLED"}
+
+    def execute(self, context):
+        job = self._start(context)
+        job.wait()
+        return self._finished(job)
+
+    def invoke(self, context, event):
+        if context.window is None:
+            return self.execute(context)
+        self._start(context)
+        wm = context.window_manager
+        self._timer = wm.event_timer_add(0.5, window=context.window)
+        wm.modal_handler_add(self)
+        return {"RUNNING_MODAL"}
+
+    def modal(self, context, event):
+        job = _RUN["job"]
+        if event.type == "ESC" and event.value == "PRESS":
+            cancel_training()
+        if event.type != "TIMER":
+            return {"PASS_THROUGH"}
+        ended = job.step()
+        for area in context.screen.areas:
+            if area.type == "VIEW_3D":
+                area.tag_redraw()
+        if not ended:
+            return {"RUNNING_MODAL"}
+        context.window_manager.event_timer_remove(self._timer)
+        return self._finished(job)
+
+
+class PS_OT_train_skin(TrainerOperator, bpy.types.Operator):
     """Train the skin model of this file's character (renders its training set, then
     trains in the Backend Python); Esc or Cancel stops with a checkpoint"""
 
     bl_idname = "painted_skin.train_skin"
     bl_label = "Train Skin Model"
+    done_text = "skin model trained"
 
     frames_per_clip: IntProperty(name="Frames per Clip", default=48, min=2,
                                  options={"HIDDEN"},
@@ -279,41 +327,6 @@ class PS_OT_train_skin(bpy.types.Operator):
         job = start_training(self._command(context))
         return job
 
-    def _finished(self, job: TrainingRun):
-        if job.code == 0:
-            self.report({"INFO"}, f"skin model trained: {job.last_line}")
-            return {"FINISHED"}
-        self.report({"WARNING"} if job.code == 130 else {"ERROR"}, job.status)
-        return {"CANCELLED"}
-
-    def execute(self, context):
-        job = self._start(context)
-        job.wait()
-        return self._finished(job)
-
-    def invoke(self, context, event):
-        if context.window is None:
-            return self.execute(context)
-        self._start(context)
-        wm = context.window_manager
-        self._timer = wm.event_timer_add(0.5, window=context.window)
-        wm.modal_handler_add(self)
-        return {"RUNNING_MODAL"}
-
-    def modal(self, context, event):
-        job = _RUN["job"]
-        if event.type == "ESC" and event.value == "PRESS":
-            cancel_training()
-        if event.type != "TIMER":
-            return {"PASS_THROUGH"}
-        ended = job.step()
-        for area in context.screen.areas:
-            if area.type == "VIEW_3D":
-                area.tag_redraw()
-        if not ended:
-            return {"RUNNING_MODAL"}
-        context.window_manager.event_timer_remove(self._timer)
-        return self._finished(job)
 
 
 def start_training(cmd: list[str]) -> TrainingRun:

@@ -200,3 +200,29 @@ def test_paint_keyframe_saves_the_models_painting_as_the_key(bpy_clean, shot, tm
         assert key.stat().st_mtime_ns == before  # opened, not painted over
     finally:
         painted_skin.unregister()
+
+
+@needs_torch
+def test_learn_look_button_adds_the_look_to_the_model_folder(bpy_clean, shot, tmp_path):
+    """Learn Look (headless: the operator waits for its child) learns the active look's
+    keys into the Model Folder, starting from the embedded model until one is trained."""
+    import bpy
+    import painted_skin
+    from painted_skin.addon.blender.skin import looks_ui
+
+    bpy.ops.wm.open_mainfile(filepath=str(shot))
+    painted_skin.register()
+    try:
+        scene = bpy.context.scene
+        scene.painted_skin_skin.model_dir = str(tmp_path / "model")
+        bpy.ops.painted_skin.add_look()
+        look = looks_ui.active_look(bpy.context)
+        look.name = "warm"
+        look.keys_dir = str(tmp_path / "keys")
+        paint_keys(tmp_path / "keys", [2])
+        scene.painted_skin_looks.minutes = 0.1
+        assert bpy.ops.painted_skin.learn_look() == {"FINISHED"}
+        assert (tmp_path / "model" / "looks" / "warm" / "config.json").is_file()
+        assert (tmp_path / "model" / "config.json").is_file()  # the base beside it
+    finally:
+        painted_skin.unregister()
