@@ -50,6 +50,8 @@ WIRE_PASSES: dict[str, WirePass] = {p.name: p for p in (
     WirePass("light_visibility", "uint8", 4, flag=True, canonical=True),
     # The scene's direct light on a white surface, linear (may exceed 1: float16's range).
     WirePass("irradiance", "float16", 3, canonical=True),
+    # The same lights reflected toward the camera by a reference glossy surface.
+    WirePass("specular", "float16", 3, canonical=True),
 )}
 
 CONTROL_PASSES = tuple(n for n, p in WIRE_PASSES.items() if not p.canonical)

@@ -102,7 +102,7 @@ def shadow_resolution(cam) -> int:
 def _canonical_passes(geo: ShotGeometry, g: FrameGeometry, frag: Fragments,
                       want: set[str]) -> dict[str, np.ndarray]:
     """rest_position, uv, view_dir and light_visibility from the frame's fragments."""
-    from ...core.passes.irradiance import irradiance
+    from ...core.passes.irradiance import irradiance, specular
     from ...core.passes.shadow import light_visibility
 
     out: dict[str, np.ndarray] = {}
@@ -118,7 +118,7 @@ def _canonical_passes(geo: ShotGeometry, g: FrameGeometry, frag: Fragments,
             uv = (b * surf.corner_uvs[t]).sum(axis=1)
             has = surf.has_uv[t]
             out["uv"] = _scatter(m, np.concatenate([uv * has[:, None], has[:, None]], axis=1))
-    if not want & {"view_dir", "light_visibility", "irradiance"}:
+    if not want & {"view_dir", "light_visibility", "irradiance", "specular"}:
         return out
     corners = g.positions[vid]  # (N, 3, 3) world
     p = (b * corners).sum(axis=1)
@@ -130,7 +130,7 @@ def _canonical_passes(geo: ShotGeometry, g: FrameGeometry, frag: Fragments,
         view = view / np.maximum(np.linalg.norm(view, axis=1), 1e-12)[:, None]
     if "view_dir" in want:
         out["view_dir"] = _scatter(m, view)
-    if want & {"light_visibility", "irradiance"}:
+    if want & {"light_visibility", "irradiance", "specular"}:
         # The triangle's own normal, turned to the side the camera sees.
         ng = np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0])
         ng /= np.maximum(np.linalg.norm(ng, axis=1), 1e-30)[:, None]
@@ -141,10 +141,13 @@ def _canonical_passes(geo: ShotGeometry, g: FrameGeometry, frag: Fragments,
                                                 shadow_resolution(cam))
         if "light_visibility" in want:
             out["light_visibility"] = _scatter(m, vis)
-        if "irradiance" in want:
+        if want & {"irradiance", "specular"}:
             ns = np.einsum("nk,nkc->nc", b[:, :, 0], g.corner_normals[t])
             ns /= np.maximum(np.linalg.norm(ns, axis=1), 1e-12)[:, None]
-            out["irradiance"] = _scatter(m, irradiance(p, ns, vis, lights))
+            if "irradiance" in want:
+                out["irradiance"] = _scatter(m, irradiance(p, ns, vis, lights))
+            if "specular" in want:
+                out["specular"] = _scatter(m, specular(p, ns, view, vis, lights))
     return out
 
 

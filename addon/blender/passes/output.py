@@ -29,11 +29,12 @@ from .geometry import (
 )
 
 PASSES = ("depth", "normal", "skeleton", "mask", "parts", "motion", "beauty",
-          "rest_position", "uv", "normal_world", "view_dir", "light_visibility", "irradiance")
+          "rest_position", "uv", "normal_world", "view_dir", "light_visibility", "irradiance",
+          "specular")
 #: Passes for a per-character neural renderer: the fast engine makes them from the
 #: fragments (triangle + barycentrics) of the one rasterisation all passes share.
 CANONICAL_PASSES = ("rest_position", "uv", "normal_world", "view_dir", "light_visibility",
-                    "irradiance")
+                    "irradiance", "specular")
 DEFAULT_PASSES = ("depth", "normal", "skeleton", "mask", "parts", "motion")
 MIN_SIZE, MAX_SIZE = 16, 8192
 MANIFEST_VERSION = 1
@@ -53,6 +54,7 @@ FILES = {
     "view_dir": [("view_dir", "exr")],
     "light_visibility": [("light_visibility", "exr")],
     "irradiance": [("irradiance", "exr")],
+    "specular": [("specular", "exr")],
 }
 
 #: With ``PassOptions.openpose_normalized``: the skeleton's COCO-18 JSON in 0-1 coordinates.

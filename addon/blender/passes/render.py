@@ -73,7 +73,7 @@ def _cycles_frames(scene, frames: list[int], opts: PassOptions) -> Iterator[tupl
 
     want = set(opts.passes)
     extras = set()
-    if want & {"view_dir", "light_visibility", "irradiance"}:
+    if want & {"view_dir", "light_visibility", "irradiance", "specular"}:
         extras.add("position")
     if want & {"rest_position", "uv"}:
         extras.add("canonical")
@@ -93,34 +93,40 @@ def _cycles_frames(scene, frames: list[int], opts: PassOptions) -> Iterator[tupl
 
 def _cycles_canonical(scene: bpy.types.Scene, g: FrameGeometry, arrays: dict,
                       want: set[str]) -> None:
-    """view_dir and light_visibility of a Cycles frame, from its Position pass (the
-    light visibility ray-traced: see ``cycles_passes.ray_light_visibility``)."""
+    """view_dir, light_visibility, irradiance and specular of a Cycles frame, from its
+    Position pass (the light visibility ray-traced: see
+    ``cycles_passes.ray_light_visibility``)."""
     from .cycles import ray_light_visibility
 
     cam, m = g.camera, arrays["mask"]
     pos = arrays.pop("position", None)
     if pos is None:
         return
+    if cam.ortho:
+        view = np.broadcast_to(cam.world[:3, 2] / np.linalg.norm(cam.world[:3, 2]), pos.shape)
+    else:
+        view = cam.world[:3, 3] - pos.astype(np.float64)
+        view = view / np.maximum(np.linalg.norm(view, axis=-1, keepdims=True), 1e-12)
     if "view_dir" in want:
-        if cam.ortho:
-            view = np.broadcast_to(cam.world[:3, 2] / np.linalg.norm(cam.world[:3, 2]),
-                                   pos.shape)
-        else:
-            view = cam.world[:3, 3] - pos.astype(np.float64)
-            view = view / np.maximum(np.linalg.norm(view, axis=-1, keepdims=True), 1e-12)
         arrays["view_dir"] = np.where(m[..., None], view, 0.0).astype(np.float32)
-    if want & {"light_visibility", "irradiance"}:
+    if want & {"light_visibility", "irradiance", "specular"}:
+        from ...core.passes.irradiance import irradiance, specular
+
         vis = np.zeros(m.shape + (MAX_LIGHTS,), np.float32)
         vis[..., :len(g.lights)] = ray_light_visibility(scene, pos, m, cam, g.lights)
         if "light_visibility" in want:
             arrays["light_visibility"] = vis
-        if "irradiance" in want:
-            from ...core.passes.irradiance import irradiance
-
-            irr = np.zeros(m.shape + (3,), np.float32)
-            irr[m] = irradiance(pos[m], arrays["normal_world"][m], vis[m],
-                                [li.emission() for li in g.lights])
-            arrays["irradiance"] = irr
+        emissions = [li.emission() for li in g.lights]
+        for name in ("irradiance", "specular"):
+            if name not in want:
+                continue
+            light = np.zeros(m.shape + (3,), np.float32)
+            if name == "irradiance":
+                light[m] = irradiance(pos[m], arrays["normal_world"][m], vis[m], emissions)
+            else:
+                light[m] = specular(pos[m], arrays["normal_world"][m], view[m], vis[m],
+                                    emissions)
+            arrays[name] = light
 
 
 def _write_frame(out: Path, f: int, arrays: dict, opts: PassOptions, near: float, far: float,
@@ -180,8 +186,9 @@ def _write_frame(out: Path, f: int, arrays: dict, opts: PassOptions, near: float
         write_exr(path("normal_world", "exr"), arrays["normal_world"], ["X", "Y", "Z"])
     if "view_dir" in want:
         write_exr(path("view_dir", "exr"), arrays["view_dir"], ["X", "Y", "Z"])
-    if "irradiance" in want:
-        write_exr(path("irradiance", "exr"), arrays["irradiance"], ["R", "G", "B"])
+    for name in ("irradiance", "specular"):
+        if name in want:
+            write_exr(path(name, "exr"), arrays[name], ["R", "G", "B"])
     if "light_visibility" in want:
         write_exr(path("light_visibility", "exr"), arrays["light_visibility"],
                   ["R", "G", "B", "A"])

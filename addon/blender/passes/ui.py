@@ -97,6 +97,10 @@ class PS_PassesSettings(bpy.types.PropertyGroup):
     use_irradiance: BoolProperty(name="Irradiance", default=False,
                                  description="The scene lights' direct light on a white "
                                              "surface (Cycles' Diffuse Direct), shadowed")
+    use_specular: BoolProperty(name="Specular", default=False,
+                               description="The scene lights reflected toward the camera by a "
+                                           "reference glossy surface (highlights, rim light), "
+                                           "shadowed")
 
     def options(self, scene: bpy.types.Scene) -> PassOptions:
         chosen = tuple(p for p in PASSES if getattr(self, f"use_{p}", False))

@@ -93,6 +93,10 @@ CONVENTIONS = {
                   "normal incidence, a point light of P watts P/(4 pi^2 d^2)), times each "
                   "light's colour and light_visibility; 0 where empty. World light and "
                   "bounces are not in it",
+    "specular": "EXR float32 R,G,B linear: the lights' direct light reflected toward the "
+                "camera by a reference glossy dielectric (GGX, roughness 0.6, F0 0.04: a "
+                "black Principled BSDF), times each light's colour and light_visibility; 0 "
+                "where empty. Highlights and the Fresnel rim of a light from behind",
     "lights": "per light: name, type (SUN, POINT, SPOT, AREA), world position, world "
               "direction towards the light (a sun's light travels along -direction), "
               "linear colour and energy (a sun's strength, else watts); "

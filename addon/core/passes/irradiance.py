@@ -1,4 +1,5 @@
-"""The ``irradiance`` pass: the scene's direct light on the surface (pure numpy).
+"""The ``irradiance`` and ``specular`` passes: the scene's direct light on the surface
+(pure numpy).
 
 Defined as Cycles' *Diffuse Direct* light on a white Lambertian surface, in the
 render's linear units: for each light, its colour times
@@ -16,6 +17,11 @@ with ``cos`` the shading normal's cosine to the light, times the light's
 Why a pass: the skin model paints albedo times *this*, so the scene's lights (moved,
 recoloured, a second one) reach the painting as the renderer would light them,
 instead of the one light rig its training saw.
+
+``specular`` is the same lights reflected toward the camera by a reference glossy
+dielectric (GGX, Principled BSDF's F0 of 0.04): the highlights and the Fresnel rim a
+light behind the character draws, which no diffuse term carries and a network cannot
+infer without the light's direction.
 """
 
 from __future__ import annotations
@@ -78,4 +84,49 @@ def irradiance(points: np.ndarray, normals: np.ndarray, visibility: np.ndarray,
         d, scale = light_scale(light, points)
         cos = np.clip(np.einsum("ij,ij->i", normals, d), 0.0, None)
         out += (scale * cos * vis[:, k])[:, None] * np.asarray(light.color, np.float64)[None]
+    return out.astype(np.float32)
+
+
+#: The reference glossy surface of the ``specular`` pass: Principled BSDF's default
+#: dielectric (IOR 1.5: F0 = 0.04) at a middle roughness. One lobe, not the
+#: character's own roughness: the skin model scales it per pixel, and a broad lobe
+#: carries what back and rim light need (Fresnel at grazing angles).
+SPECULAR_ROUGHNESS = 0.6
+SPECULAR_F0 = 0.04
+
+
+def _smith_g1_over_cos(cos: np.ndarray, alpha2: float) -> np.ndarray:
+    """Smith's GGX masking G1(x) divided by x (finite as x -> 0)."""
+    return 2.0 / (cos + np.sqrt(alpha2 + (1.0 - alpha2) * cos * cos))
+
+
+def specular(points: np.ndarray, normals: np.ndarray, view: np.ndarray,
+             visibility: np.ndarray, lights: Sequence[LightEmission],
+             roughness: float = SPECULAR_ROUGHNESS, f0: float = SPECULAR_F0) -> np.ndarray:
+    """(N, 3) float32: the lights' direct light a glossy dielectric reflects toward the
+    camera (GGX microfacets, Smith masking, Schlick Fresnel), in the render's linear
+    units: the radiance a black Principled BSDF of ``roughness`` shows, shadowed by
+    ``visibility``. ``view`` (N, 3): unit directions from the surface to the camera."""
+    points = np.asarray(points, np.float64).reshape(-1, 3)
+    n = np.asarray(normals, np.float64).reshape(-1, 3)
+    v = np.asarray(view, np.float64).reshape(-1, 3)
+    vis = np.asarray(visibility, np.float64).reshape(len(points), -1)
+    alpha2 = float(roughness) ** 4  # alpha = roughness^2 (Blender's convention)
+    cos_v = np.clip(np.einsum("ij,ij->i", n, v), 0.0, 1.0)
+    gv = _smith_g1_over_cos(cos_v, alpha2)
+    out = np.zeros((len(points), 3), np.float64)
+    for k, light in enumerate(lights):
+        d, scale = light_scale(light, points)
+        cos_l = np.clip(np.einsum("ij,ij->i", n, d), 0.0, None)
+        h = d + v
+        h /= np.maximum(np.linalg.norm(h, axis=1), 1e-12)[:, None]
+        cos_h = np.clip(np.einsum("ij,ij->i", n, h), 0.0, 1.0)
+        vh = np.clip(np.einsum("ij,ij->i", v, h), 0.0, 1.0)
+        dist = alpha2 / (np.pi * (cos_h * cos_h * (alpha2 - 1.0) + 1.0) ** 2)
+        fresnel = f0 + (1.0 - f0) * (1.0 - vh) ** 5
+        # radiance = BRDF * E * cos_l, E = pi * scale; BRDF = D G F / (4 cos_l cos_v)
+        brdf_cos = dist * fresnel * cos_l * _smith_g1_over_cos(cos_l, alpha2) * gv / 4.0
+        lit = (cos_l > 0) & (cos_v > 0)
+        out += (np.pi * scale * brdf_cos * lit * vis[:, k])[:, None] \
+            * np.asarray(light.color, np.float64)[None]
     return out.astype(np.float32)

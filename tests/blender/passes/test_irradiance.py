@@ -100,3 +100,63 @@ def test_irradiance_is_zero_in_shadow_and_off_the_character(bpy_clean):
     floor = lit & (np.abs(a["irradiance"][..., 0] - expect[0]) < 1e-3)
     assert floor.mean() > 0.3
     np.testing.assert_allclose(a["irradiance"][floor][0], expect, rtol=1e-3)
+
+
+def _glossy_sphere(bpy):
+    """A smooth black Principled sphere (only its reflection shows) in a black world."""
+    bpy.ops.mesh.primitive_uv_sphere_add(segments=96, ring_count=48, radius=1.0)
+    bpy.ops.object.shade_smooth()
+    mat = bpy.data.materials.new("black_gloss")
+    mat.use_nodes = True
+    bsdf = mat.node_tree.nodes["Principled BSDF"]
+    bsdf.inputs["Base Color"].default_value = (0.0, 0.0, 0.0, 1.0)
+    bsdf.inputs["Roughness"].default_value = 0.6
+    bpy.context.object.data.materials.append(mat)
+    world = bpy.data.worlds.new("black")
+    world.color = (0.0, 0.0, 0.0)
+    if world.node_tree is not None:
+        world.node_tree.nodes["Background"].inputs["Strength"].default_value = 0.0
+    bpy.context.scene.world = world
+    _camera(bpy, (0.0, -6.0, 0.0), lens=50.0)
+    sun = bpy.data.objects.new("sun", bpy.data.lights.new("sun", "SUN"))
+    sun.data.energy, sun.data.angle = 5.0, 0.0
+    bpy.context.scene.collection.objects.link(sun)
+    return sun
+
+
+def _linear_beauty(bpy, tmp_path, size: int) -> np.ndarray:
+    from painted_skin.addon.blender.passes.beauty import beauty_settings, render_beauty
+
+    with beauty_settings(bpy.context.scene, size, 64, denoise=False):
+        srgb = render_beauty(bpy.context.scene, 1, tmp_path).astype(np.float64) / 255.0
+    rgb = srgb[..., :3]
+    lin = np.where(rgb <= 0.04045, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+    return lin * srgb[..., 3:]  # times the coverage: a silhouette pixel is partly sphere
+
+
+def test_specular_is_the_glossy_light_cycles_renders_and_the_rim_of_a_light_behind(
+        bpy_clean, tmp_path):
+    """The specular pass is what a black glossy surface shows under the scene's lights:
+    the highlight of a light beside the camera as Cycles renders it, in both engines,
+    and the bright rim of a light from behind (the back-lit shot the skin model must
+    paint), which the irradiance pass barely carries."""
+    bpy = bpy_clean
+    sun = _glossy_sphere(bpy)
+    for az, share in ((0.0, 0.05), (150.0, 0.2)):
+        sun.rotation_euler = (math.radians(90.0), 0.0, math.radians(az))
+        out = run_engines(bpy.context.scene, [1], (96, 96),
+                          passes=("depth", "mask", "irradiance", "specular"))
+        ref = _linear_beauty(bpy, tmp_path, 96)
+        for engine in ("cycles", "fast"):
+            a = out[engine][1][1]
+            m = a["mask"] > 0
+            spec = a["specular"].astype(np.float64)
+            assert np.all(spec[~m] == 0)
+            total_ref, total = ref.sum(), spec[m].sum()
+            # Lit from the camera's side: Cycles' glossy light to a few percent (2 % at
+            # 96²). From behind, the rim is one or two silhouette pixels whose coverage
+            # the pass does not weigh (7 % here); the model scales the pass anyway.
+            assert abs(total - total_ref) <= share * total_ref, (engine, az, total, total_ref)
+        if az:
+            rim = a["specular"][m].max()
+            assert rim > 0.3 and rim > 5 * a["irradiance"][m].max(), (rim,)
