@@ -112,6 +112,7 @@ class SkinNet(nn.Module):
         self.diffusion = cfg["head"] == "diffusion"
         self.shading = bool(cfg.get("shading"))  # models from before the option: off
         self.irr_at = features.offset(cfg["layout"], "irradiance")
+        self.spec_at = features.offset(cfg["layout"], "specular") if self.shading else None
         self.cond_ch = features.channels(cfg["layout"]) - 6
         if self.use_texture:
             self.tex = nn.ParameterList(nn.Parameter(torch.randn(1, ch, s, s) * 0.01)
@@ -119,7 +120,8 @@ class SkinNet(nn.Module):
             self.grid = nn.ParameterList(nn.Parameter(torch.randn(1, ch, s, s, s) * 0.01)
                                          for s in cfg["grid_sizes"])
         cin = self.cond_ch + (ch if self.use_texture else 0) + (4 if self.diffusion else 0)
-        self.unet = UNet(cin, list(cfg["unet"]), 9 if self.shading else 3)
+        cout = (9 + (self.spec_at is not None)) if self.shading else 3
+        self.unet = UNet(cin, list(cfg["unet"]), cout)
 
     def surface_features(self, x: torch.Tensor) -> torch.Tensor:
         """(N, tex_channels, H, W): the neural texture at the UV where ``has_uv``,
@@ -155,20 +157,27 @@ class SkinNet(nn.Module):
             parts += [x_t, t.reshape(-1, 1, 1, 1).expand(-1, 1, x.shape[2], x.shape[3])]
         out = self.unet(torch.cat(parts, 1))
         if self.shading:
-            return self.shade(out, x[:, self.irr_at:self.irr_at + 3])
+            spec = None if self.spec_at is None else x[:, self.spec_at:self.spec_at + 3]
+            return self.shade(out, x[:, self.irr_at:self.irr_at + 3], spec)
         return out if self.diffusion else out + 0.5
 
     @staticmethod
-    def shade(out: torch.Tensor, irradiance: torch.Tensor) -> torch.Tensor:
-        """The shaded head: the U-Net's nine channels are an albedo, the light no pass
-        carries (the world's, bounces: a learned ambient) and a bounded residual;
-        the image is the Standard view of albedo x (irradiance + ambient), plus the
-        residual. The scene's lights reach the pixel through the irradiance pass,
-        so a light moved after training moves the shading the way Cycles would."""
+    def shade(out: torch.Tensor, irradiance: torch.Tensor,
+              specular: torch.Tensor | None = None) -> torch.Tensor:
+        """The shaded head: the U-Net's channels are an albedo, the light no pass
+        carries (the world's, bounces: a learned ambient), a bounded residual and, with
+        the specular input, how glossy the surface is (0..2 times the reference
+        surface's reflection); the image is the Standard view of albedo x (irradiance
+        + ambient) + gloss x specular, plus the residual. The scene's lights reach the
+        pixel through the irradiance and specular passes, so a light moved after
+        training moves the shading and the highlights the way Cycles would."""
         albedo = torch.sigmoid(out[:, 0:3])
         ambient = F.softplus(out[:, 3:6] - 2.0)
         residual = RESIDUAL_RANGE * torch.tanh(out[:, 6:9])
-        return srgb_encode(albedo * (irradiance + ambient)) + residual
+        linear = albedo * (irradiance + ambient)
+        if specular is not None:
+            linear = linear + 2.0 * torch.sigmoid(out[:, 9:10]) * specular
+        return srgb_encode(linear) + residual
 
     def param_groups(self, lr_texture: float, lr_net: float) -> list[dict[str, Any]]:
         """AdamW groups: the textures learn faster than the U-Net (DNR's recipe)."""

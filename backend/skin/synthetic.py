@@ -162,6 +162,8 @@ def render(pose: Pose, size: int, tex: np.ndarray, prev: Pose | None = None,
         # the sun's share of the shading above, on a white surface
         "irradiance": np.repeat((0.78 * np.clip(ndl, 0, 1) * vis)[..., None], 3,
                                 -1).astype(np.float32),
+        # its highlight, as the specular pass carries one (in world units of the same sun)
+        "specular": np.repeat((0.35 * spec)[..., None], 3, -1).astype(np.float32),
         "mask": (on * 255).astype(np.uint8),
         "parts": parts,
         "motion": motion,

@@ -312,7 +312,8 @@ def init_from_model(net: SkinNet, folder: str | os.PathLike,
     """Start ``net`` from another skin model's weights: every tensor of the same name
     and shape is copied; the U-Net's first convolution takes its weights input by
     input (a channel the old layout lacks starts at zero, so the copy paints what the
-    old model painted); anything else (a new head) keeps its fresh start. Returns the
+    old model painted), and a last convolution with more outputs keeps the old ones
+    (the new start at zero); anything else (a new head) keeps its fresh start. Returns the
     names copied. This is how a new character (or a new input) begins from what a
     trained network already knows about shading, instead of from noise.
 
@@ -350,6 +351,16 @@ def init_from_model(net: SkinNet, folder: str | os.PathLike,
                 if b is not None and int(k) == new_channels[n]:
                     w_new[:, tex + b:tex + b + int(k)] = w_old[:, tex + a:tex + a + int(k)]
             copied.append(first)
+        for last in ("unet.out.weight", "unet.out.bias"):
+            # A head that grew (a new shading term): the old outputs keep their weights,
+            # the new ones start at zero (the term's neutral value).
+            if last in old and last in own and own[last].shape != old[last].shape \
+                    and own[last].shape[1:] == old[last].shape[1:] \
+                    and own[last].shape[0] > old[last].shape[0]:
+                k = old[last].shape[0]
+                own[last][:k] = old[last]
+                own[last][k:] = 0.0
+                copied.append(last)
     net.load_state_dict(own)
     return copied
 

@@ -30,10 +30,10 @@ from ..passes.beauty import beauty_settings, render_beauty  # noqa: F401 (the tr
 from ..passes.geometry import ShotGeometry
 from ..passes.render import PassOptions, iter_frames
 
-DATASET_VERSION = 3  # 3: the irradiance pass (a cache key holds no code)
+DATASET_VERSION = 4  # 3: the irradiance pass, 4: specular (a cache key holds no code)
 # What the skin model reads (skeleton is not needed: the geometry is all here).
 PASSES = ("depth", "normal", "mask", "parts", "motion", "rest_position", "uv",
-          "normal_world", "view_dir", "light_visibility", "irradiance")
+          "normal_world", "view_dir", "light_visibility", "irradiance", "specular")
 #: Mocap files a clip may name instead of a generated motion (its seed is then the
 #: window's first frame, at the set's fps).
 MOTION_SUFFIXES = (".bvh", ".fbx", ".glb", ".gltf")
@@ -248,6 +248,31 @@ def key_camera(cam: bpy.types.Object, frame: int) -> None:
     cam.keyframe_insert("location", frame=frame)
     cam.keyframe_insert("rotation_quaternion", frame=frame)
     cam.data.keyframe_insert("lens", frame=frame)
+
+
+def follow_camera(scene: bpy.types.Scene, arm: bpy.types.Object, orbit: Orbit,
+                  frames: list[int], name: str) -> bpy.types.Object:
+    """A new camera keyed on ``frames`` (and one frame each side, for the motion pass)
+    to keep the character framed from ``orbit``'s side as it moves: a shot's view
+    from behind or close up, whatever the clip does."""
+    data = bpy.data.cameras.new(name)
+    data.sensor_width = 36.0
+    cam = bpy.data.objects.new(name, data)
+    scene.collection.objects.link(cam)
+    meshes = character_meshes(arm)
+    for f in [frames[0] - 1] + list(frames) + [frames[-1] + 1]:
+        scene.frame_set(f)
+        centre, height = body_centre(meshes)
+        place_camera(cam, orbit, 0.0, centre, height)
+        key_camera(cam, f)
+    return cam
+
+
+def remove_camera(cam: bpy.types.Object) -> None:
+    """Delete a camera :func:`follow_camera` made, its data too."""
+    data = cam.data
+    bpy.data.objects.remove(cam)
+    bpy.data.cameras.remove(data)
 
 
 def body_centre(meshes: list[bpy.types.Object]) -> tuple[np.ndarray, float]:

@@ -77,3 +77,52 @@ def test_init_from_another_characters_model_keeps_its_network_not_its_textures(t
     assert torch.equal(net.state_dict()["tex.0"], fresh)
     same = T.init_from_model(net, tmp_path / "old", fingerprint=S.FINGERPRINT)
     assert "tex.0" in same
+
+
+WITHOUT_SPECULAR = tuple(n for n in F.DEFAULT_INPUTS if n != "specular")
+
+
+def _highlight_psnr(result, frames) -> float:
+    """PSNR over the pixels a highlight lights (where the error of a model blind to
+    the light's direction lives)."""
+    err, n = 0.0, 0
+    for passes, beauty in frames:
+        lit = passes["specular"][..., 0] > 0.02
+        pred = T.predict(result.net, result.model_cfg, passes).astype(np.float64)
+        err += ((pred - beauty[..., :3])[lit] ** 2).sum() / 3.0
+        n += int(lit.sum())
+    return float(10 * np.log10(255.0 ** 2 / max(err / max(n, 1), 1e-9)))
+
+
+def test_the_specular_pass_puts_highlights_where_a_new_light_makes_them() -> None:
+    """Under suns it never saw, a model with the specular input paints the highlights
+    where they are; without it the network only knows the diffuse light's direction."""
+    frames = S.dataset(32, 48, seed=5, light="random")
+    held_out = S.dataset(8, 48, seed=77, light="random")
+    glossy = T.train(frames, X.tiny_config(steps=150))
+    assert glossy.net.spec_at is not None
+    matte = T.train(frames, X.tiny_config(steps=150, inputs=WITHOUT_SPECULAR))
+    assert matte.net.spec_at is None
+    assert _highlight_psnr(glossy, held_out) > _highlight_psnr(matte, held_out) + 1.0
+
+
+def test_init_from_a_model_without_specular_adds_the_reference_highlight(tmp_path) -> None:
+    """A shaded network started from one trained before the specular input paints what
+    that one painted where no light glints, and starts the new term at the reference
+    glossy surface's highlight (gloss 1) where one does: training goes on from there."""
+    old, _ = X.train_tiny(tmp_path / "old", steps=5, inputs=WITHOUT_SPECULAR)
+    cfg = X.tiny_config(steps=1)
+    from painted_skin.backend.skin.model import SkinNet, model_config
+
+    mcfg = model_config(F.layout(cfg.inputs), old.model_cfg["rest_bounds"], **cfg.model)
+    net = SkinNet(mcfg)
+    copied = T.init_from_model(net, tmp_path / "old")
+    assert "unet.out.weight" in copied and "unet.out.bias" in copied
+    brighter = 0
+    for passes, _ in S.dataset(4, 48, seed=9, light="random"):
+        a = T.predict(old.net, old.model_cfg, passes).astype(int)
+        b = T.predict(net.eval(), mcfg, passes).astype(int)
+        dark = passes["specular"][..., 0] == 0
+        assert np.abs(a - b)[dark].max() <= 1
+        brighter += int(((b - a).sum(-1) > 3)[~dark].sum())
+    assert brighter > 0
