@@ -266,23 +266,7 @@ def _follow_camera(scene: bpy.types.Scene, arm: bpy.types.Object, name: str,
     az, el, dist, lens, aim = CAMERAS[name]
     orbit = D.Orbit(azimuth0=math.radians(az), turn=0.0, elevation=math.radians(el),
                     distance=dist, lens=lens, aim_height=aim)
-    data = bpy.data.cameras.new(f"Bench_{name}")
-    data.sensor_width = 36.0
-    cam = bpy.data.objects.new(f"Bench_{name}", data)
-    scene.collection.objects.link(cam)
-    meshes = D.character_meshes(arm)
-    for f in [frames[0] - 1] + frames + [frames[-1] + 1]:
-        scene.frame_set(f)
-        centre, height = D.body_centre(meshes)
-        D.place_camera(cam, orbit, 0.0, centre, height)
-        D.key_camera(cam, f)
-    return cam
-
-
-def _remove_camera(cam: bpy.types.Object) -> None:
-    data = cam.data
-    bpy.data.objects.remove(cam)
-    bpy.data.cameras.remove(data)
+    return D.follow_camera(scene, arm, orbit, frames, f"Bench_{name}")
 
 
 class _TurnedLights:
@@ -449,7 +433,7 @@ def main(model: str | None = None, frames: int | None = None, size: int | None =
                 finally:
                     scene.camera = demo_camera
                     if cam is not demo_camera:
-                        _remove_camera(cam)
+                        D.remove_camera(cam)
     print(f"model: {info.folder} (onnxruntime CPU); Cycles at the training quality: "
           f"{size}x{size}, {info.samples} samples + denoising; {os.cpu_count()} CPU(s)")
     print(f"baselines fitted on {source}; UV lookup {UV_GRID}² grid, "

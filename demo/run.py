@@ -102,14 +102,11 @@ def _labelled(row: np.ndarray, text: str) -> np.ndarray:
     return np.asarray(im)
 
 
-def write_contact_sheet(out: Path, frames: list[int], passes: Path, painted: Path,
-                        reference: Path, tile: int = 256) -> tuple[Path, Path]:
-    """``contact_sheet.png`` (rows: passes, painted, Cycles; a few frames across) and
-    ``side_by_side.gif`` (every frame: passes | painted | Cycles)."""
-    from PIL import Image
-
-    # Crop every image to the character's box over the shot (plus a margin), so the
-    # sheet shows the character rather than the empty frame around it.
+def _crop_to_character(passes: Path, frames: list[int], tile: int
+                       ) -> Callable[[np.ndarray], np.ndarray]:
+    """A function cropping an image to the character's box over the shot (plus a
+    margin) and scaling it to ``tile``: the sheet shows the character rather than the
+    empty frame around it."""
     box = np.zeros_like(np.asarray(read_image(passes / "mask" / f"{frames[0]:04d}.png")),
                         bool)
     for f in frames:
@@ -124,17 +121,46 @@ def write_contact_sheet(out: Path, frames: list[int], passes: Path, painted: Pat
     def crop(img: np.ndarray) -> np.ndarray:
         return _tile(np.asarray(img)[y0:y0 + side, x0:x0 + side], tile)
 
+    return crop
+
+
+def _pick(frames: list[int]) -> list[int]:
+    return [frames[round(i * (len(frames) - 1) / (SHEET_FRAMES - 1))]
+            for i in range(min(SHEET_FRAMES, len(frames)))]
+
+
+#: Another shot's rows on the sheet: ((frames, passes, painted, reference), label of the
+#: painted row, label of the reference row).
+ExtraRows = tuple[tuple[list[int], Path, Path, Path], str, str]
+
+
+def write_contact_sheet(out: Path, frames: list[int], passes: Path, painted: Path,
+                        reference: Path, tile: int = 256,
+                        extra: list[ExtraRows] | tuple = ()) -> tuple[Path, Path]:
+    """``contact_sheet.png`` (rows: passes, painted, Cycles; a few frames across; then
+    painted and Cycles of each ``extra`` shot) and ``side_by_side.gif`` (every frame of
+    the main shot: passes | painted | Cycles)."""
+    from PIL import Image
+
+    crop = _crop_to_character(passes, frames, tile)
+
     def row_of(f: int) -> list[np.ndarray]:
         return [crop(read_image(passes / "normal_color" / f"{f:04d}.png")),
                 crop(read_image(painted / f"{f:04d}.png")),
                 crop(read_image(reference / f"{f:04d}.png"))]
 
-    pick = [frames[round(i * (len(frames) - 1) / (SHEET_FRAMES - 1))]
-            for i in range(min(SHEET_FRAMES, len(frames)))]
-    columns = [row_of(f) for f in pick]
+    columns = [row_of(f) for f in _pick(frames)]
     rows = [np.concatenate([c[r] for c in columns], axis=1) for r in range(3)]
     rows = [_labelled(r, t) for r, t in zip(rows, ("passes (normals)", "painted by the skin "
                                                    "model", "Cycles"), strict=True)]
+    width = rows[0].shape[1]
+    for (x_frames, x_passes, x_painted, x_ref), painted_label, ref_label in extra:
+        x_crop = _crop_to_character(x_passes, x_frames, tile)
+        for folder, label in ((x_painted, painted_label), (x_ref, ref_label)):
+            row = np.concatenate([x_crop(read_image(folder / f"{f:04d}.png"))
+                                  for f in _pick(x_frames)], axis=1)
+            row = np.pad(row, ((0, 0), (0, max(width - row.shape[1], 0)), (0, 0)))
+            rows.append(_labelled(row[:, :width], label))
     sheet = write_png(out / "contact_sheet.png", np.concatenate(rows, axis=0))
     gif = out / "side_by_side.gif"
     tmp = gif.with_name(f".{gif.name}.tmp")
@@ -143,6 +169,62 @@ def write_contact_sheet(out: Path, frames: list[int], passes: Path, painted: Pat
                    loop=0)
     tmp.replace(gif)
     return sheet, gif
+
+
+SCORE_KEYS = ("psnr", "ssim", "flip", "warp_frames", "warp_reference", "warp_ratio",
+              "psnr_slope_db_per_frame")
+
+
+def _cycles(scene: bpy.types.Scene, shot: list[int], size: int, samples: int, folder: Path,
+            progress: Callable[[int, int, int], None] | None) -> None:
+    """Cycles at the training target into ``folder/NNNN.png`` (frames there are kept)."""
+    from ..addon.blender.skin.dataset import beauty_settings, render_beauty
+
+    with beauty_settings(scene, size, samples):
+        for i, f in enumerate(shot):
+            ref = folder / f"{f:04d}.png"
+            if not ref.is_file():
+                rgba = render_beauty(scene, f, folder)
+                write_png(ref, rgba[..., :3])
+            if progress:
+                progress(i + 1, len(shot), f)
+
+
+def _behind_shot(out: Path, scene: bpy.types.Scene, size: int, samples: int, folder: Path,
+                 model: str, url: str, bar: Bar | None) -> dict | None:
+    """The real dance from behind (:mod:`.behind`) painted by the running backend and
+    scored against Cycles; None (and a note) without ../shared/data."""
+    from ..addon.blender.passes.render import PassOptions, make_passes
+    from ..addon.blender.restyle.loop import RestyleRequest, restyle_shot
+    from ..backend.evaluate.score import score
+    from .behind import build_behind_shot, shared_clip
+
+    clip = shared_clip()
+    if clip is None:
+        print("demo: note: ../shared/data is absent: no real-clip shot from behind",
+              file=sys.stderr)
+        return None
+    arm = next(o for o in scene.objects if o.type == "ARMATURE")
+    shot = build_behind_shot(arm, clip, scene.render.fps / scene.render.fps_base)
+    frames = shot.frames
+    make_passes(scene, PassOptions(frames=range(frames[0], frames[-1] + 1), width=size,
+                                   height=size), out / "passes",
+                progress=bar("behind passes", len(frames)) if bar else None)
+    depth = [out / "passes" / "depth" / f"{f:04d}.exr" for f in frames]
+    key = _digest(f"{size} {samples}", *(p for p in depth if p.is_file()))
+    keep_if_made_from(out / "restyle", _digest(key, folder / "config.json",
+                                               *sorted(folder.glob("*.onnx"))))
+    keep_if_made_from(out / "cycles", key)
+    request = RestyleRequest.make(out / "restyle", url=url, frames=frames, size=size,
+                                  pipeline="skin", options={"model": model})
+    restyle_shot(scene, request, progress=bar("behind paint", len(frames)) if bar else None)
+    _cycles(scene, frames, size, samples, out / "cycles",
+            bar("behind cycles", len(frames)) if bar else None)
+    painted = out / "restyle" / "restyled"
+    summary = score(out / "cycles", painted, out / "passes", json_path=out / "score.json")
+    return {"clip": str(clip), "camera": "behind", "frames": len(frames),
+            "score": {k: summary[k] for k in SCORE_KEYS},
+            "_rows": (frames, out / "passes", painted, out / "cycles")}
 
 
 def run_demo(out: Path, frames: int = 48, fps: float = 24.0, kind: str = "wave",
@@ -155,7 +237,7 @@ def run_demo(out: Path, frames: int = 48, fps: float = 24.0, kind: str = "wave",
         start_local_backend,
         stop_local_backend,
     )
-    from ..addon.blender.skin.dataset import TRAIN_CLIPS, beauty_settings, render_beauty
+    from ..addon.blender.skin.dataset import TRAIN_CLIPS
     from ..backend.evaluate.score import score
     from .shot import build_demo_shot
 
@@ -194,31 +276,28 @@ def run_demo(out: Path, frames: int = 48, fps: float = 24.0, kind: str = "wave",
         restyled = restyle_shot(scene, request,
                                 progress=bar("paint", len(shot)) if bar else None)
         timings["paint_ms_per_frame"] = (time.monotonic() - t0) * 1000 / len(shot)
+
+        t0 = time.monotonic()
+        _cycles(scene, shot, size, samples, out / "cycles", bar("cycles", len(shot))
+                if bar else None)
+        timings["cycles_ms_per_frame"] = (time.monotonic() - t0) * 1000 / len(shot)
+        # Last: it changes the open scene (another motion, another camera).
+        behind = _behind_shot(out / "behind", scene, size, samples, folder, model, url, bar)
     finally:
         stop_local_backend()
 
-    t0 = time.monotonic()
-    progress = bar("cycles", len(shot)) if bar else None
-    with beauty_settings(scene, size, samples):
-        for i, f in enumerate(shot):
-            ref = out / "cycles" / f"{f:04d}.png"
-            if not ref.is_file():
-                rgba = render_beauty(scene, f, out / "cycles")
-                write_png(ref, rgba[..., :3])
-            if progress:
-                progress(i + 1, len(shot), f)
-    timings["cycles_ms_per_frame"] = (time.monotonic() - t0) * 1000 / len(shot)
-
     painted = out / "restyle" / "restyled"
     summary = score(out / "cycles", painted, out / "passes", json_path=out / "score.json")
-    sheet, gif = write_contact_sheet(out, shot, out / "passes", painted, out / "cycles")
+    extra = [] if behind is None else [
+        (behind.pop("_rows"), "real dance (CMU 05_06) from behind: painted", "Cycles")]
+    sheet, gif = write_contact_sheet(out, shot, out / "passes", painted, out / "cycles",
+                                     extra=extra)
     metrics = {
         "motion": kind, "frames": len(shot), "size": size, "model": str(folder),
         "held_out_motion": kind not in {k for k, _ in TRAIN_CLIPS},
-        "score": {k: summary[k] for k in ("psnr", "ssim", "flip", "warp_frames",
-                                          "warp_reference", "warp_ratio",
-                                          "psnr_slope_db_per_frame")},
+        "score": {k: summary[k] for k in SCORE_KEYS},
         "model_training": report.get("held_out"),
+        "behind": behind,
         "timings": {k: round(v, 2) for k, v in timings.items()},
         "restyle": {k: restyled[k] for k in ("frames", "written", "skipped")},
         "retarget": {"frames": retarget.frames},

@@ -26,6 +26,21 @@ def test_demo_writes_painted_frames_sheet_gif_and_metrics(bpy_clean, tmp_path, c
     assert len(list((out / "cycles").glob("*.png"))) == 6
     assert (out / "contact_sheet.png").stat().st_size > 10_000
     assert (out / "side_by_side.gif").read_bytes()[:6] == b"GIF89a"
+    from painted_skin.demo.behind import FRAMES, shared_clip
+    from PIL import Image
+
+    rows = 3
+    if shared_clip() is not None:
+        # The real dance from behind: its own score and two more rows on the sheet.
+        behind = metrics["behind"]
+        assert behind["frames"] == FRAMES and math.isfinite(behind["score"]["psnr"])
+        assert "from behind" in printed
+        assert len(list((out / "behind" / "restyle" / "restyled").glob("*.png"))) == FRAMES
+        rows = 5
+    else:
+        assert metrics["behind"] is None
+    with Image.open(out / "contact_sheet.png") as sheet:
+        assert sheet.height == rows * 256
 
 
 def test_a_rerun_keeps_what_it_made_from_the_same_inputs_only(tmp_path):
