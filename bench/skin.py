@@ -51,7 +51,7 @@ from ..backend.skin.baselines import PartMean, UVLookup
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = REPO / "rigs" / "skin_models" / "demo"
 SHARED_DATA = Path(os.environ.get("PAINTED_SKIN_SHARED", REPO.parent / "shared")) / "data"
-REAL_CLIP = "bvh/cmu_3dsmax_friendly/131_01.bvh"  # "Start Walk Stop"
+REAL_CLIP = D.HELD_OUT_REAL  # CMU 131_01, "Start Walk Stop"
 DEFAULT_FRAMES = 48
 FPS = 24.0
 UV_GRID = 256

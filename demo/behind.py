@@ -12,13 +12,11 @@ where ../shared/data (the clip's home) is absent.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import bpy
 
-REPO = Path(__file__).resolve().parents[1]
 CLIP = "bvh/cmu_motionbuilder_friendly/05_06.bvh"
 FRAMES = 12
 #: From behind, a little above, the whole body framed (bench skin's ``behind`` camera).
@@ -33,9 +31,9 @@ class BehindShot:
 
 def shared_clip() -> Path | None:
     """The dance's file in ../shared/data (``$PAINTED_SKIN_SHARED`` overrides), or None."""
-    root = Path(os.environ.get("PAINTED_SKIN_SHARED", REPO.parent / "shared")) / "data"
-    path = root / CLIP
-    return path if path.is_file() else None
+    from ..addon.core.files.paths import shared_data
+
+    return shared_data(CLIP)
 
 
 def build_behind_shot(arm: bpy.types.Object, clip: Path, fps: float,

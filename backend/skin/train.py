@@ -116,6 +116,8 @@ def _previous_input(frames: Sequence[Frame], i: int, j: int | None, cfg: TrainCo
 #: Frames whose whole-frame input is kept between steps (the features of a frame without
 #: a previous output never change): at most this many bytes of them.
 FEATURE_CACHE_BYTES = 1 << 30
+#: Training seconds between two points of the held-out curve (report ``curve``).
+CURVE_EVERY_S = 120.0
 
 
 def make_batch(frames: Sequence[Frame], model_cfg: dict[str, Any], cfg: TrainConfig,
@@ -197,22 +199,8 @@ class _SigintFlag:
             signal.signal(signal.SIGINT, self._old)
 
 
-def train(frames: Sequence[Frame], cfg: TrainConfig, *,
-          previous: Sequence[int | None] | None = None, resume: bool = False,
-          on_step: Callable[[int, float], None] | None = None,
-          fingerprint: dict[str, Any] | None = None,
-          model_cfg: dict[str, Any] | None = None) -> TrainResult:
-    """Train (or with ``resume`` continue from ``cfg.checkpoint``) on ``frames``.
-
-    ``previous[i]``: the index of frame i's previous frame in its shot (None at a
-    shot's start), for ``cfg.temporal``. ``on_step(step, loss)`` is called after
-    each step. Stops at ``cfg.steps``, at the ``cfg.minutes`` budget, or on
-    Ctrl-C, writing the checkpoint each time (when ``cfg.checkpoint`` is set).
-    ``fingerprint``: the character the frames show (``cfg.init_from`` keeps its
-    textures only for the same one). ``model_cfg``: the network's config when it is
-    given (a look keeps its base model's), else built from ``cfg`` and the frames."""
-    from tqdm.auto import tqdm
-
+def _check_input(frames: Sequence[Frame], cfg: TrainConfig,
+                 previous: Sequence[int | None] | None) -> None:
     if not frames:
         raise TrainError("no training frames: render the character's passes first")
     if cfg.temporal and previous is None:
@@ -221,19 +209,48 @@ def train(frames: Sequence[Frame], cfg: TrainConfig, *,
     if cfg.crop > min(h, w) or cfg.crop % 4:
         raise TrainError(f"crop {cfg.crop} must be a multiple of 4 and at most the frame "
                          f"size {w}x{h}: pass a smaller --crop")
+
+
+def _resume_state(ckpt: Path | None, cfg: TrainConfig) -> dict[str, Any]:
+    """The checkpoint to continue from, refused when its settings are not ``cfg``'s."""
+    if ckpt is None or not ckpt.is_file():
+        raise TrainError(f"nothing to resume: no checkpoint at {ckpt}; drop --resume "
+                         "to start a new run")
+    state = torch.load(ckpt, map_location=cfg.device, weights_only=False)
+    # a setting newer than the checkpoint counts as its default there
+    saved = {**TrainConfig().fixed(), **state["train_cfg"]}
+    if saved != cfg.fixed():
+        diff = sorted(k for k in cfg.fixed() if saved.get(k) != cfg.fixed()[k])
+        raise TrainError(f"checkpoint {ckpt} was trained with other settings "
+                         f"({', '.join(diff)}): use the same ones or start a new run")
+    return state
+
+
+def train(frames: Sequence[Frame], cfg: TrainConfig, *,
+          previous: Sequence[int | None] | None = None, resume: bool = False,
+          on_step: Callable[[int, float], None] | None = None,
+          fingerprint: dict[str, Any] | None = None,
+          model_cfg: dict[str, Any] | None = None,
+          held_out: Sequence[Frame] | None = None,
+          curve_every_s: float = CURVE_EVERY_S) -> TrainResult:
+    """Train (or with ``resume`` continue from ``cfg.checkpoint``) on ``frames``.
+
+    ``previous[i]``: the index of frame i's previous frame in its shot (None at a
+    shot's start), for ``cfg.temporal``. ``on_step(step, loss)`` is called after
+    each step. Stops at ``cfg.steps``, at the ``cfg.minutes`` budget, or on
+    Ctrl-C, writing the checkpoint each time (when ``cfg.checkpoint`` is set).
+    ``fingerprint``: the character the frames show (``cfg.init_from`` keeps its
+    textures only for the same one). ``model_cfg``: the network's config when it is
+    given (a look keeps its base model's), else built from ``cfg`` and the frames.
+    ``held_out``: frames it never trains on, scored at the start, every
+    ``curve_every_s`` seconds of training and at the end: the report's ``curve`` of
+    held-out PSNR against training minutes (what a longer budget would buy); the
+    scoring is not counted in the minutes."""
+    from tqdm.auto import tqdm
+
+    _check_input(frames, cfg, previous)
     ckpt = Path(cfg.checkpoint) if cfg.checkpoint else None
-    state = None
-    if resume:
-        if ckpt is None or not ckpt.is_file():
-            raise TrainError(f"nothing to resume: no checkpoint at {ckpt}; drop --resume "
-                             "to start a new run")
-        state = torch.load(ckpt, map_location=cfg.device, weights_only=False)
-        # a setting newer than the checkpoint counts as its default there
-        saved = {**TrainConfig().fixed(), **state["train_cfg"]}
-        if saved != cfg.fixed():
-            diff = sorted(k for k in cfg.fixed() if saved.get(k) != cfg.fixed()[k])
-            raise TrainError(f"checkpoint {ckpt} was trained with other settings "
-                             f"({', '.join(diff)}): use the same ones or start a new run")
+    state = _resume_state(ckpt, cfg) if resume else None
     lay = features.layout(cfg.inputs, cfg.temporal)
     mcfg = state["model_cfg"] if state else model_cfg or model_config(
         lay, features.rest_bounds([f[0] for f in frames]), **cfg.model)
@@ -244,24 +261,38 @@ def train(frames: Sequence[Frame], cfg: TrainConfig, *,
     net = net.to(cfg.device)
     opt = torch.optim.AdamW(net.param_groups(cfg.lr_texture, cfg.lr_net))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg.steps))
-    step, losses, elapsed = 0, [], 0.0
+    step, losses, elapsed, curve = 0, [], 0.0, []
     if state:
         net.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         sched.load_state_dict(state["sched"])
         step, losses, elapsed = state["step"], list(state["losses"]), float(state["elapsed_s"])
+        curve = list(state.get("curve", []))
 
     def checkpoint() -> None:
         if ckpt is not None:
             save_checkpoint(ckpt, {"step": step, "model": net.state_dict(),
                                    "opt": opt.state_dict(), "sched": sched.state_dict(),
                                    "model_cfg": mcfg, "train_cfg": cfg.fixed(),
-                                   "losses": losses, "elapsed_s": elapsed})
+                                   "losses": losses, "elapsed_s": elapsed, "curve": curve})
+
+    def score_held_out() -> float:
+        """One point of the curve; returns the seconds it took (off the clock)."""
+        s0 = time.monotonic()
+        net.eval()
+        with torch.no_grad():
+            row = held_out_rows(net, mcfg, (), held_out, baseline=False)["model"]
+        net.train()
+        curve.append([round(elapsed / 60.0, 3), step, round(row["psnr"], 3),
+                      round(row["ssim"], 4)])
+        return time.monotonic() - s0
 
     diffusion = mcfg["head"] == "diffusion"
     textures = [p for g in net.param_groups(0.0, 0.0)[1:] for p in g["params"]]
     cache: dict[int, np.ndarray] = {}
     t0 = time.monotonic() - elapsed
+    if held_out and not curve:
+        t0 += score_held_out()
     interrupted = False
     bar = tqdm(total=cfg.steps, initial=step, disable=not cfg.progress, desc="skin",
                unit="step", dynamic_ncols=True)
@@ -293,8 +324,12 @@ def train(frames: Sequence[Frame], cfg: TrainConfig, *,
                 break
             if cfg.minutes is not None and elapsed >= cfg.minutes * 60.0:
                 break
+            if held_out and elapsed - curve[-1][0] * 60.0 >= curve_every_s:
+                t0 += score_held_out()
             if ckpt is not None and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
                 checkpoint()
+    if held_out and curve[-1][1] != step:
+        score_held_out()
     checkpoint()
     if interrupted and ckpt is not None:
         print(f"interrupted at step {step}: checkpoint {ckpt}; --resume continues")
@@ -302,6 +337,7 @@ def train(frames: Sequence[Frame], cfg: TrainConfig, *,
               "s_per_step": round(elapsed / max(step, 1), 4), "loss_first": losses[:1],
               "loss_last_100": float(np.mean(losses[-100:])) if losses else None,
               "losses_every_10": losses[::10], "train_config": cfg.fixed(),
+              "curve": curve,
               "parameters": sum(p.numel() for p in net.parameters())}
     net.eval()
     return TrainResult(net, mcfg, report, interrupted)
@@ -493,11 +529,14 @@ def calibrate_steps(frames: Sequence[Frame], cfg: TrainConfig, minutes: float,
 
 
 def held_out_rows(net: SkinNet, mcfg: dict[str, Any], train_frames: Sequence[Frame],
-                  test: Sequence[Frame]) -> dict[str, dict[str, float]]:
+                  test: Sequence[Frame], baseline: bool = True
+                  ) -> dict[str, dict[str, float]]:
     """The model against the part-mean baseline on frames it never saw."""
     temporal = any(n == "prev_rgb" for n, _ in mcfg["layout"])  # fed its own last output
-    return {"model": evaluate(net, mcfg, test, temporal_chain=temporal),
-            "part_mean": part_mean_baseline(train_frames, test)}
+    rows = {"model": evaluate(net, mcfg, test, temporal_chain=temporal)}
+    if baseline:
+        rows["part_mean"] = part_mean_baseline(train_frames, test)
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -566,7 +605,8 @@ def main(argv: list[str] | None = None) -> int:
             cfg = dataclasses.replace(cfg, steps=calibrate_steps(frames, cfg, a.minutes,
                                                                  previous=prev))
             print(f"skin: {cfg.steps} steps fit {a.minutes:g} minutes here")
-        res = train(frames, cfg, previous=prev, resume=a.resume, fingerprint=fingerprint)
+        res = train(frames, cfg, previous=prev, resume=a.resume, fingerprint=fingerprint,
+                    held_out=test or None)
     except (TrainError, OSError, ValueError) as e:
         print(f"skin-train: error: {e}", file=sys.stderr)
         return 2
@@ -578,6 +618,8 @@ def main(argv: list[str] | None = None) -> int:
         m, b = report["held_out"]["model"], report["held_out"]["part_mean"]
         print(f"held-out: model {m['psnr']:.2f} dB / {m['ssim']:.3f}, part mean "
               f"{b['psnr']:.2f} dB / {b['ssim']:.3f}")
+        print("held-out PSNR by training minutes: " + ", ".join(
+            f"{mins:g} min {psnr:.2f} dB" for mins, _, psnr, _ in res.report["curve"]))
     if a.report_extra:
         report.update(json.loads(Path(a.report_extra).read_text()))
     export.export_model(res.net.cpu(), res.model_cfg, a.out, fingerprint, report)

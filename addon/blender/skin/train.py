@@ -141,12 +141,21 @@ def trainer_command(req: TrainRequest, python: str, train_dir: Path, held_dir: P
 
 def dataset_specs(req: TrainRequest) -> tuple[D.DatasetSpec, D.DatasetSpec]:
     """(training, held-out) renders of ``req``: the generated motions plus windows of
-    its real clips; held out, the generated wave under the scene's lights."""
+    its real clips; held out, the generated wave under the scene's lights and, where
+    ../shared/data has it (and the run does not train on it), the middle of a real clip
+    (:data:`dataset.HELD_OUT_REAL`)."""
+    from ...core.files.paths import shared_data
+
     clips = D.TRAIN_CLIPS + D.motion_windows(req.motions, req.frames_per_clip, 24.0)
     spec = D.DatasetSpec(size=req.size, frames_per_clip=req.frames_per_clip, clips=clips,
                          samples=req.samples, seed=req.seed, lights=req.lights)
-    held = D.DatasetSpec(size=req.size, frames_per_clip=max(12, req.frames_per_clip // 2),
-                         clips=D.HELD_OUT_CLIPS, samples=req.samples, seed=req.seed + 1000)
+    held_frames = max(12, req.frames_per_clip // 2)
+    held_clips = D.HELD_OUT_CLIPS
+    real = shared_data(D.HELD_OUT_REAL)
+    if real is not None and real.resolve() not in {Path(m).resolve() for m in req.motions}:
+        held_clips += (D.middle_window(real, held_frames, 24.0),)
+    held = D.DatasetSpec(size=req.size, frames_per_clip=held_frames, clips=held_clips,
+                         samples=req.samples, seed=req.seed + 1000)
     return spec, held
 
 

@@ -10,6 +10,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 PathLike = str | os.PathLike
+_REPO = Path(__file__).resolve().parents[3]  # addon/core/files -> the repository root
 
 
 class AliasedPaths(ValueError):
@@ -87,3 +88,13 @@ def files_digest(paths: list[Path]) -> str:
             for block in iter(lambda: f.read(1 << 20), b""):
                 h.update(block)
     return "blake2b:" + h.hexdigest()
+
+
+def shared_data(relative: str) -> Path | None:
+    """A file of the project's shared real data (mocap clips, characters: ../shared/data
+    beside the repository, or ``$PAINTED_SKIN_SHARED/data``), or None where it is absent:
+    benchmarks and held-out sets use it when a checkout has it, and skip it cleanly
+    otherwise (an installed extension never has it)."""
+    root = Path(os.environ.get("PAINTED_SKIN_SHARED", _REPO.parent / "shared")) / "data"
+    path = root / relative
+    return path if path.is_file() else None

@@ -93,3 +93,17 @@ def test_previous_frames_follow_each_clip_and_restart_at_its_first_frame(tmp_pat
     (tmp_path / ".frame-abc.npz").write_bytes(b"")  # a writer's temp file: not a frame
     assert previous_frames(str(tmp_path), 6) == [None, 0, 1, None, 3, None]
     assert previous_frames(None, 3) == [None, 0, 1]  # no names: one shot
+
+
+def test_the_report_curves_held_out_psnr_against_training_minutes() -> None:
+    """What a longer budget buys: the held-out PSNR at the start, along the way and at
+    the end; scoring it changes nothing of the training."""
+    frames, held_out = S.dataset(12, 48, seed=3), S.dataset(4, 48, seed=99)
+    res = T.train(frames, X.tiny_config(steps=30), held_out=held_out, curve_every_s=0.0)
+    curve = res.report["curve"]
+    assert curve[0][:2] == [0.0, 0] and curve[-1][1] == 30 and len(curve) == 31
+    assert [c[0] for c in curve] == sorted(c[0] for c in curve)
+    final = T.evaluate(res.net, res.model_cfg, held_out)
+    assert curve[-1][2] == pytest.approx(final["psnr"], abs=1e-3)
+    assert curve[-1][2] > curve[0][2] + 3.0
+    _same_weights(T.train(frames, X.tiny_config(steps=30)).net, res.net)

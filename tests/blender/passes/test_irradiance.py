@@ -106,8 +106,7 @@ def _glossy_sphere(bpy):
     """A smooth black Principled sphere (only its reflection shows) in a black world."""
     bpy.ops.mesh.primitive_uv_sphere_add(segments=96, ring_count=48, radius=1.0)
     bpy.ops.object.shade_smooth()
-    mat = bpy.data.materials.new("black_gloss")
-    mat.use_nodes = True
+    mat = bpy.data.materials.new("black_gloss")  # with its Principled BSDF in Blender 5
     bsdf = mat.node_tree.nodes["Principled BSDF"]
     bsdf.inputs["Base Color"].default_value = (0.0, 0.0, 0.0, 1.0)
     bsdf.inputs["Roughness"].default_value = 0.6

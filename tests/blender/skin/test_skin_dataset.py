@@ -202,3 +202,26 @@ def test_without_a_terminal_train_skin_prints_a_line_per_rendered_frame(tmp_path
     assert code == 130
     out = capsys.readouterr().out
     assert re.search(r"^train-skin: rendering the training set: 1/\d+ frames$", out, re.M), out
+
+
+def test_the_held_out_set_holds_real_motion_where_the_checkout_has_it(tmp_path,
+                                                                     monkeypatch):
+    """A report that scores only the generated wave promised 28 dB to a user who got 16
+    on real motion: where ../shared/data has the bench's real clip (and the run does not
+    train on it), its middle is held out beside the wave."""
+    from painted_skin.addon.blender.skin import dataset as D
+    from painted_skin.addon.blender.skin.train import TrainRequest, dataset_specs
+    from painted_skin.addon.core.files.paths import shared_data
+
+    real = shared_data(D.HELD_OUT_REAL)
+    if real is None:
+        pytest.skip("../shared/data is absent")
+    _, held = dataset_specs(TrainRequest("demo", tmp_path / "m", frames_per_clip=32))
+    assert held.clips[0] == D.HELD_OUT_CLIPS[0]
+    (path, start), = held.clips[1:]
+    assert path == str(real.resolve()) and start > 0  # the middle, not the standing start
+    _, trained_on = dataset_specs(TrainRequest("demo", tmp_path / "m", motions=(str(real),)))
+    assert trained_on.clips == D.HELD_OUT_CLIPS
+    monkeypatch.setenv("PAINTED_SKIN_SHARED", str(tmp_path / "no-shared"))
+    _, without = dataset_specs(TrainRequest("demo", tmp_path / "m"))
+    assert without.clips == D.HELD_OUT_CLIPS
