@@ -619,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"held-out: model {m['psnr']:.2f} dB / {m['ssim']:.3f}, part mean "
               f"{b['psnr']:.2f} dB / {b['ssim']:.3f}")
         print("held-out PSNR by training minutes: " + ", ".join(
-            f"{mins:g} min {psnr:.2f} dB" for mins, _, psnr, _ in res.report["curve"]))
+            f"{mins:.1f} min {psnr:.2f} dB" for mins, _, psnr, _ in res.report["curve"]))
     if a.report_extra:
         report.update(json.loads(Path(a.report_extra).read_text()))
     export.export_model(res.net.cpu(), res.model_cfg, a.out, fingerprint, report)
