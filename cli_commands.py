@@ -132,10 +132,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
         m = run_demo(out, frames=args.frames, fps=args.fps, kind=args.kind, model=args.model,
                      bar=lambda _what, total: _frame_bar(total))
         sc = m["score"]
+        def per_frame(ms: float | None) -> str:
+            return "frames kept from the last run" if ms is None else f"{ms:.0f} ms/frame"
+
         print(f"demo: {m['frames']} frames of {m['motion']!r} (held out from training: "
-              f"{m['held_out_motion']}) painted by the skin model at {m['size']}² in "
-              f"{m['timings']['paint_ms_per_frame']:.0f} ms/frame (Cycles: "
-              f"{m['timings']['cycles_ms_per_frame']:.0f} ms/frame)")
+              f"{m['held_out_motion']}) painted by the skin model at {m['size']}²: "
+              f"{per_frame(m['timings']['paint_ms_per_frame'])} (Cycles: "
+              f"{per_frame(m['timings']['cycles_ms_per_frame'])})")
         print(f"demo: against Cycles: masked PSNR {sc['psnr']:.2f} dB, SSIM {sc['ssim']:.3f}, "
               f"FLIP {sc['flip']:.3f}, warp_ratio {sc['warp_ratio']:.2f}")
         if m.get("behind"):

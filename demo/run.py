@@ -176,18 +176,24 @@ SCORE_KEYS = ("psnr", "ssim", "flip", "warp_frames", "warp_reference", "warp_rat
 
 
 def _cycles(scene: bpy.types.Scene, shot: list[int], size: int, samples: int, folder: Path,
-            progress: Callable[[int, int, int], None] | None) -> None:
-    """Cycles at the training target into ``folder/NNNN.png`` (frames there are kept)."""
+            progress: Callable[[int, int, int], None] | None) -> float | None:
+    """Cycles at the training target into ``folder/NNNN.png`` (frames there are kept);
+    returns ms per frame rendered now (None when every frame was kept)."""
     from ..addon.blender.skin.dataset import beauty_settings, render_beauty
 
+    rendered, seconds = 0, 0.0
     with beauty_settings(scene, size, samples):
         for i, f in enumerate(shot):
             ref = folder / f"{f:04d}.png"
             if not ref.is_file():
+                t0 = time.monotonic()
                 rgba = render_beauty(scene, f, folder)
+                seconds += time.monotonic() - t0
+                rendered += 1
                 write_png(ref, rgba[..., :3])
             if progress:
                 progress(i + 1, len(shot), f)
+    return seconds * 1000.0 / rendered if rendered else None
 
 
 def _behind_shot(out: Path, scene: bpy.types.Scene, size: int, samples: int, folder: Path,
@@ -247,7 +253,7 @@ def run_demo(out: Path, frames: int = 48, fps: float = 24.0, kind: str = "wave",
     if kind in {k for k, _ in TRAIN_CLIPS}:
         print(f"demo: note: {kind!r} is a training motion; the held-out one is 'wave'",
               file=sys.stderr)
-    timings: dict[str, float] = {}
+    timings: dict[str, float | None] = {}
     t0 = time.monotonic()
     retarget = build_demo_shot(out, frames=frames, fps=fps, kind=kind)
     scene = bpy.context.scene
@@ -275,12 +281,12 @@ def run_demo(out: Path, frames: int = 48, fps: float = 24.0, kind: str = "wave",
                                       pipeline="skin", options={"model": model})
         restyled = restyle_shot(scene, request,
                                 progress=bar("paint", len(shot)) if bar else None)
-        timings["paint_ms_per_frame"] = (time.monotonic() - t0) * 1000 / len(shot)
+        written = int(restyled["written"])  # frames painted now (a rerun keeps the rest)
+        timings["paint_ms_per_frame"] = ((time.monotonic() - t0) * 1000 / written
+                                         if written else None)
 
-        t0 = time.monotonic()
-        _cycles(scene, shot, size, samples, out / "cycles", bar("cycles", len(shot))
-                if bar else None)
-        timings["cycles_ms_per_frame"] = (time.monotonic() - t0) * 1000 / len(shot)
+        timings["cycles_ms_per_frame"] = _cycles(scene, shot, size, samples, out / "cycles",
+                                                 bar("cycles", len(shot)) if bar else None)
         # Last: it changes the open scene (another motion, another camera).
         behind = _behind_shot(out / "behind", scene, size, samples, folder, model, url, bar)
     finally:
@@ -298,7 +304,7 @@ def run_demo(out: Path, frames: int = 48, fps: float = 24.0, kind: str = "wave",
         "score": {k: summary[k] for k in SCORE_KEYS},
         "model_training": report.get("held_out"),
         "behind": behind,
-        "timings": {k: round(v, 2) for k, v in timings.items()},
+        "timings": {k: None if v is None else round(v, 2) for k, v in timings.items()},
         "restyle": {k: restyled[k] for k in ("frames", "written", "skipped")},
         "retarget": {"frames": retarget.frames},
         "outputs": {"painted": str(painted), "cycles": str(out / "cycles"),
