@@ -70,6 +70,17 @@ def keep_if_made_from(folder: Path, key: str) -> None:
     write_text_atomic(stamp, key)
 
 
+def keep_what_matches(out: Path, frames: list[int], size: int, samples: int,
+                      model: Path) -> None:
+    """A shot folder's paintings and Cycles frames are kept only when made from these
+    passes (their depth files), this size and samples, and (paintings) this model."""
+    depth = [out / "passes" / "depth" / f"{f:04d}.exr" for f in frames]
+    key = _digest(f"{size} {samples}", *(p for p in depth if p.is_file()))
+    keep_if_made_from(out / "restyle", _digest(key, model / "config.json",
+                                               *sorted(model.glob("*.onnx"))))
+    keep_if_made_from(out / "cycles", key)
+
+
 def model_folder(name: str) -> tuple[Path, dict]:
     """The registry's folder for ``name`` and its training report."""
     from ..backend.skin import registry
@@ -197,9 +208,10 @@ def _cycles(scene: bpy.types.Scene, shot: list[int], size: int, samples: int, fo
 
 
 def _behind_shot(out: Path, scene: bpy.types.Scene, size: int, samples: int, folder: Path,
-                 model: str, url: str, bar: Bar | None) -> dict | None:
+                 model: str, url: str, bar: Bar | None) -> tuple[dict, ExtraRows] | None:
     """The real dance from behind (:mod:`.behind`) painted by the running backend and
-    scored against Cycles; None (and a note) without ../shared/data."""
+    scored against Cycles: (its metrics, its contact-sheet rows); None (and a note)
+    without ../shared/data."""
     from ..addon.blender.passes.render import PassOptions, make_passes
     from ..addon.blender.restyle.loop import RestyleRequest, restyle_shot
     from ..backend.evaluate.score import score
@@ -216,11 +228,7 @@ def _behind_shot(out: Path, scene: bpy.types.Scene, size: int, samples: int, fol
     make_passes(scene, PassOptions(frames=range(frames[0], frames[-1] + 1), width=size,
                                    height=size), out / "passes",
                 progress=bar("behind passes", len(frames)) if bar else None)
-    depth = [out / "passes" / "depth" / f"{f:04d}.exr" for f in frames]
-    key = _digest(f"{size} {samples}", *(p for p in depth if p.is_file()))
-    keep_if_made_from(out / "restyle", _digest(key, folder / "config.json",
-                                               *sorted(folder.glob("*.onnx"))))
-    keep_if_made_from(out / "cycles", key)
+    keep_what_matches(out, frames, size, samples, folder)
     request = RestyleRequest.make(out / "restyle", url=url, frames=frames, size=size,
                                   pipeline="skin", options={"model": model})
     restyle_shot(scene, request, progress=bar("behind paint", len(frames)) if bar else None)
@@ -228,9 +236,11 @@ def _behind_shot(out: Path, scene: bpy.types.Scene, size: int, samples: int, fol
             bar("behind cycles", len(frames)) if bar else None)
     painted = out / "restyle" / "restyled"
     summary = score(out / "cycles", painted, out / "passes", json_path=out / "score.json")
-    return {"clip": str(clip), "camera": "behind", "frames": len(frames),
-            "score": {k: summary[k] for k in SCORE_KEYS},
-            "_rows": (frames, out / "passes", painted, out / "cycles")}
+    metrics = {"clip": str(clip), "camera": "behind", "frames": len(frames),
+               "score": {k: summary[k] for k in SCORE_KEYS}}
+    rows = ((frames, out / "passes", painted, out / "cycles"),
+            "real dance (CMU 05_06) from behind: painted", "Cycles")
+    return metrics, rows
 
 
 def run_demo(out: Path, frames: int = 48, fps: float = 24.0, kind: str = "wave",
@@ -266,11 +276,7 @@ def run_demo(out: Path, frames: int = 48, fps: float = 24.0, kind: str = "wave",
                 progress=bar("passes", len(shot)) if bar else None)
     timings["passes_s"] = time.monotonic() - t0
 
-    depth = [out / "passes" / "depth" / f"{f:04d}.exr" for f in shot]
-    shot_key = _digest(f"{size} {samples}", *(p for p in depth if p.is_file()))
-    keep_if_made_from(out / "restyle", _digest(shot_key, folder / "config.json",
-                                               *sorted(folder.glob("*.onnx"))))
-    keep_if_made_from(out / "cycles", shot_key)
+    keep_what_matches(out, shot, size, samples, folder)
     url = _free_url()
     t0 = time.monotonic()
     start_local_backend(sys.executable, url, timeout_s=120)
@@ -294,8 +300,7 @@ def run_demo(out: Path, frames: int = 48, fps: float = 24.0, kind: str = "wave",
 
     painted = out / "restyle" / "restyled"
     summary = score(out / "cycles", painted, out / "passes", json_path=out / "score.json")
-    extra = [] if behind is None else [
-        (behind.pop("_rows"), "real dance (CMU 05_06) from behind: painted", "Cycles")]
+    extra = [] if behind is None else [behind[1]]
     sheet, gif = write_contact_sheet(out, shot, out / "passes", painted, out / "cycles",
                                      extra=extra)
     metrics = {
@@ -303,7 +308,7 @@ def run_demo(out: Path, frames: int = 48, fps: float = 24.0, kind: str = "wave",
         "held_out_motion": kind not in {k for k, _ in TRAIN_CLIPS},
         "score": {k: summary[k] for k in SCORE_KEYS},
         "model_training": report.get("held_out"),
-        "behind": behind,
+        "behind": None if behind is None else behind[0],
         "timings": {k: None if v is None else round(v, 2) for k, v in timings.items()},
         "restyle": {k: restyled[k] for k in ("frames", "written", "skipped")},
         "retarget": {"frames": retarget.frames},
