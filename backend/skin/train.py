@@ -328,8 +328,8 @@ def train(frames: Sequence[Frame], cfg: TrainConfig, *,
                 t0 += score_held_out()
             if ckpt is not None and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
                 checkpoint()
-    if held_out and curve[-1][1] != step:
-        score_held_out()
+    if held_out and not interrupted and curve[-1][1] != step:
+        score_held_out()  # not on Ctrl-C: the user asked to stop now
     checkpoint()
     if interrupted and ckpt is not None:
         print(f"interrupted at step {step}: checkpoint {ckpt}; --resume continues")
@@ -349,9 +349,10 @@ def init_from_model(net: SkinNet, folder: str | os.PathLike,
     and shape is copied; the U-Net's first convolution takes its weights input by
     input (a channel the old layout lacks starts at zero, so the copy paints what the
     old model painted), and a last convolution with more outputs keeps the old ones
-    (the new start at zero); anything else (a new head) keeps its fresh start. Returns the
-    names copied. This is how a new character (or a new input) begins from what a
-    trained network already knows about shading, instead of from noise.
+    (the new start at zero, whatever the head makes of that); anything else (a new
+    head) keeps its fresh start. Returns the names copied. This is how a new character
+    (or a new input) begins from what a trained network already knows about shading,
+    instead of from noise.
 
     ``fingerprint``: the character being trained; when it is not the model's, the
     neural textures (laid out on that other character's UVs) start fresh."""
@@ -389,7 +390,8 @@ def init_from_model(net: SkinNet, folder: str | os.PathLike,
             copied.append(first)
         for last in ("unet.out.weight", "unet.out.bias"):
             # A head that grew (a new shading term): the old outputs keep their weights,
-            # the new ones start at zero (the term's neutral value).
+            # the new ones start at zero (the shaded head's gloss: 1, the reference
+            # surface's highlight).
             if last in old and last in own and own[last].shape != old[last].shape \
                     and own[last].shape[1:] == old[last].shape[1:] \
                     and own[last].shape[0] > old[last].shape[0]:

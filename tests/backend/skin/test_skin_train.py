@@ -107,3 +107,19 @@ def test_the_report_curves_held_out_psnr_against_training_minutes() -> None:
     assert curve[-1][2] == pytest.approx(final["psnr"], abs=1e-3)
     assert curve[-1][2] > curve[0][2] + 3.0
     _same_weights(T.train(frames, X.tiny_config(steps=30)).net, res.net)
+
+
+def test_ctrl_c_stops_without_scoring_the_held_out_set_again(tmp_path) -> None:
+    """Ctrl-C means now: the checkpoint is written, the held-out set is not scored
+    first (the curve keeps its start; a resume goes on from there)."""
+    frames, held_out = S.dataset(8, 32, seed=3), S.dataset(2, 32, seed=99)
+    cfg = X.tiny_config(steps=10, crop=16, batch=4, checkpoint=str(tmp_path / "run.ckpt"))
+
+    def ctrl_c(step: int, loss: float) -> None:
+        if step == 4:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    part = T.train(frames, cfg, on_step=ctrl_c, held_out=held_out, curve_every_s=1e9)
+    assert part.interrupted and [c[1] for c in part.report["curve"]] == [0]
+    done = T.train(frames, cfg, resume=True, held_out=held_out, curve_every_s=1e9)
+    assert [c[1] for c in done.report["curve"]] == [0, 10]
