@@ -262,12 +262,14 @@ def train(frames: Sequence[Frame], cfg: TrainConfig, *,
     opt = torch.optim.AdamW(net.param_groups(cfg.lr_texture, cfg.lr_net))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg.steps))
     step, losses, elapsed, curve = 0, [], 0.0, []
+    scored_at = [0.0]  # unrounded seconds of the last curve point: the curve rounds minutes
     if state:
         net.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         sched.load_state_dict(state["sched"])
         step, losses, elapsed = state["step"], list(state["losses"]), float(state["elapsed_s"])
         curve = list(state.get("curve", []))
+        scored_at[0] = curve[-1][0] * 60.0 if curve else 0.0
 
     def checkpoint() -> None:
         if ckpt is not None:
@@ -285,6 +287,7 @@ def train(frames: Sequence[Frame], cfg: TrainConfig, *,
         net.train()
         curve.append([round(elapsed / 60.0, 3), step, round(row["psnr"], 3),
                       round(row["ssim"], 4)])
+        scored_at[0] = elapsed
         return time.monotonic() - s0
 
     diffusion = mcfg["head"] == "diffusion"
@@ -324,7 +327,7 @@ def train(frames: Sequence[Frame], cfg: TrainConfig, *,
                 break
             if cfg.minutes is not None and elapsed >= cfg.minutes * 60.0:
                 break
-            if held_out and elapsed - curve[-1][0] * 60.0 >= curve_every_s:
+            if held_out and elapsed - scored_at[0] >= curve_every_s:
                 t0 += score_held_out()
             if ckpt is not None and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
                 checkpoint()

@@ -95,11 +95,25 @@ def test_previous_frames_follow_each_clip_and_restart_at_its_first_frame(tmp_pat
     assert previous_frames(None, 3) == [None, 0, 1]  # no names: one shot
 
 
-def test_the_report_curves_held_out_psnr_against_training_minutes() -> None:
+class _TickingClock:
+    """A monotonic clock that moves 7 ms per reading: the curve's timing without the
+    machine's speed in it (minutes round to 0.001, i.e. 60 ms)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        self.now += 0.007
+        return self.now
+
+
+def test_the_report_curves_held_out_psnr_against_training_minutes(monkeypatch) -> None:
     """What a longer budget buys: the held-out PSNR at the start, along the way and at
     the end; scoring it changes nothing of the training."""
     frames, held_out = S.dataset(12, 48, seed=3), S.dataset(4, 48, seed=99)
+    monkeypatch.setattr(T.time, "monotonic", _TickingClock())
     res = T.train(frames, X.tiny_config(steps=30), held_out=held_out, curve_every_s=0.0)
+    monkeypatch.undo()
     curve = res.report["curve"]
     assert curve[0][:2] == [0.0, 0] and curve[-1][1] == 30 and len(curve) == 31
     assert [c[0] for c in curve] == sorted(c[0] for c in curve)
