@@ -52,6 +52,8 @@ WIRE_PASSES: dict[str, WirePass] = {p.name: p for p in (
     WirePass("irradiance", "float16", 3, canonical=True),
     # The same lights reflected toward the camera by a reference glossy surface.
     WirePass("specular", "float16", 3, canonical=True),
+    # The materials' base colour, linear 0..1.
+    WirePass("albedo", "float16", 3, canonical=True),
 )}
 
 CONTROL_PASSES = tuple(n for n, p in WIRE_PASSES.items() if not p.canonical)

@@ -30,7 +30,7 @@ COORDS = (("uv", 3), ("rest_position", 3))
 # name -> channels of every conditioning input a model may take, in this order
 CONDITIONING = {
     "normal_world": 3, "normal": 3, "view_dir": 3, "light_visibility": NUM_LIGHTS,
-    "irradiance": 3, "specular": 3, "depth_rel": 1, "mask": 1, "parts": NUM_PARTS,
+    "irradiance": 3, "specular": 3, "albedo": 3, "depth_rel": 1, "mask": 1, "parts": NUM_PARTS,
 }
 TEMPORAL = (("prev_rgb", 3), ("prev_valid", 1))
 DEFAULT_INPUTS = tuple(CONDITIONING)

@@ -113,6 +113,7 @@ class SkinNet(nn.Module):
         self.shading = bool(cfg.get("shading"))  # models from before the option: off
         self.irr_at = features.offset(cfg["layout"], "irradiance")
         self.spec_at = features.offset(cfg["layout"], "specular") if self.shading else None
+        self.alb_at = features.offset(cfg["layout"], "albedo") if self.shading else None
         self.cond_ch = features.channels(cfg["layout"]) - 6
         if self.use_texture:
             self.tex = nn.ParameterList(nn.Parameter(torch.randn(1, ch, s, s) * 0.01)
@@ -158,20 +159,29 @@ class SkinNet(nn.Module):
         out = self.unet(torch.cat(parts, 1))
         if self.shading:
             spec = None if self.spec_at is None else x[:, self.spec_at:self.spec_at + 3]
-            return self.shade(out, x[:, self.irr_at:self.irr_at + 3], spec)
+            alb = None if self.alb_at is None else x[:, self.alb_at:self.alb_at + 3]
+            return self.shade(out, x[:, self.irr_at:self.irr_at + 3], spec, alb)
         return out if self.diffusion else out + 0.5
 
     @staticmethod
     def shade(out: torch.Tensor, irradiance: torch.Tensor,
-              specular: torch.Tensor | None = None) -> torch.Tensor:
+              specular: torch.Tensor | None = None,
+              albedo_pass: torch.Tensor | None = None) -> torch.Tensor:
         """The shaded head: the U-Net's channels are an albedo, the light no pass
         carries (the world's, bounces: a learned ambient), a bounded residual and, with
         the specular input, how glossy the surface is (0..2 times the reference
         surface's reflection); the image is the Standard view of albedo x (irradiance
         + ambient) + gloss x specular, plus the residual. The scene's lights reach the
         pixel through the irradiance and specular passes, so a light moved after
-        training moves the shading and the highlights the way Cycles would."""
-        albedo = torch.sigmoid(out[:, 0:3])
+        training moves the shading and the highlights the way Cycles would.
+
+        With the albedo pass, the albedo is that pass times a learned 0..2 gain: the
+        materials' own colours, sharp at any size and right on faces training never
+        saw; the network learns how they are lit (and what the pass misses)."""
+        if albedo_pass is None:
+            albedo = torch.sigmoid(out[:, 0:3])
+        else:
+            albedo = albedo_pass * 2.0 * torch.sigmoid(out[:, 0:3])
         ambient = F.softplus(out[:, 3:6] - 2.0)
         residual = RESIDUAL_RANGE * torch.tanh(out[:, 6:9])
         linear = albedo * (irradiance + ambient)

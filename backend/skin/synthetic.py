@@ -164,6 +164,8 @@ def render(pose: Pose, size: int, tex: np.ndarray, prev: Pose | None = None,
                                 -1).astype(np.float32),
         # its highlight, as the specular pass carries one (in world units of the same sun)
         "specular": np.repeat((0.35 * spec)[..., None], 3, -1).astype(np.float32),
+        # the materials' base colour, as the albedo pass carries it
+        "albedo": np.where(on[..., None], albedo, 0).astype(np.float32),
         "mask": (on * 255).astype(np.uint8),
         "parts": parts,
         "motion": motion,

@@ -402,6 +402,11 @@ def init_from_model(net: SkinNet, folder: str | os.PathLike,
                 own[last][:k] = old[last]
                 own[last][k:] = 0.0
                 copied.append(last)
+        if net.alb_at is not None and features.offset(old_cfg["layout"], "albedo") is None:
+            # The albedo outputs become a gain on the new albedo pass: zero is a gain of
+            # one, the materials' own colours, where the old outputs meant a colour.
+            for last in ("unet.out.weight", "unet.out.bias"):
+                own[last][0:3] = 0.0
     net.load_state_dict(own)
     return copied
 
@@ -560,6 +565,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--crop", type=int, default=64)
     ap.add_argument("--head", choices=("regressor", "diffusion"), default="regressor")
     ap.add_argument("--no-texture", action="store_true")
+    ap.add_argument("--no-albedo", action="store_true",
+                    help="do not read the albedo pass (materials it cannot read: the "
+                         "neural texture learns the colours)")
     ap.add_argument("--temporal", action="store_true",
                     help="feed the previous output warped by the motion vectors")
     ap.add_argument("--seed", type=int, default=0)
@@ -598,6 +606,8 @@ def main(argv: list[str] | None = None) -> int:
                                  "skin=2,clothes=1,accessory=1") from None
         cfg = TrainConfig(seed=a.seed, steps=a.steps or 2000, batch=a.batch, crop=a.crop,
                           group_weights=groups,
+                          inputs=tuple(n for n in features.DEFAULT_INPUTS
+                                       if not (a.no_albedo and n == "albedo")),
                           temporal=a.temporal, model={"head": a.head,
                                                       "use_texture": not a.no_texture},
                           device=a.device, minutes=a.minutes, checkpoint=ckpt,

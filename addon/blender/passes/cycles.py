@@ -47,6 +47,8 @@ from .scene_reader import camera_for
 #: Cycles writes this depth where a pixel sees no surface.
 CYCLES_BACKGROUND_DEPTH = 1e10
 #: EXR channels the passes need (Combined RGB only for the beauty).
+#: The Diffuse Color pass's layer name: Blender 5's, then older releases'.
+DIFFUSE_COLOR = ("Diffuse Color", "DiffCol")
 _PASS_CHANNELS = {"Depth": "Z", "Normal": "XYZ", "Vector": "XYZW", "Combined": "A"}
 #: Largest side a pass render accepts (memory/time guard).
 MAX_SIZE = 8192
@@ -217,6 +219,10 @@ def passes_from_layers(layers: dict[str, np.ndarray], vl_name: str,
     if f"{vl_name}.Position.X" in layers:
         out["position"] = np.where(hit[..., None], _layer(layers, vl_name, "Position", "XYZ"),
                                    0.0).astype(np.float32)
+    diffcol = next((n for n in DIFFUSE_COLOR if f"{vl_name}.{n}.R" in layers), None)
+    if diffcol is not None:
+        out["albedo"] = np.where(hit[..., None], _layer(layers, vl_name, diffcol, "RGB"),
+                                 0.0).astype(np.float32)
     if f"{vl_name}.{REST_AOV}.R" in layers:
         for key, aov in (("rest_position", REST_AOV), ("uv", UV_AOV)):
             out[key] = np.where(hit[..., None], _layer(layers, vl_name, aov, "RGB"),
@@ -243,20 +249,26 @@ def _render_frame(scene: bpy.types.Scene, vl: bpy.types.ViewLayer, frame: int,
         names += [f"{vl.name}.Position.{c}" for c in "XYZ"]
     if "canonical" in extras:
         names += [f"{vl.name}.{a}.{c}" for a in (REST_AOV, UV_AOV) for c in "RGB"]
+    if "albedo" in extras:
+        names += [f"{vl.name}.{n}.{c}" for n in DIFFUSE_COLOR for c in "RGB"]
     return passes_from_layers(read_exr_layers(files[0], names), vl.name, rot, want_beauty)
 
 
 @contextmanager
 def _extra_passes(scene: bpy.types.Scene, vl: bpy.types.ViewLayer,
                   extras: frozenset[str]) -> Iterator[None]:
-    """Turn on the Position pass and / or the canonical AOVs for the duration."""
-    bad = set(extras) - {"position", "canonical"}
+    """Turn on the Position and Diffuse Color passes and / or the canonical AOVs for the
+    duration."""
+    bad = set(extras) - {"position", "canonical", "albedo"}
     if bad:
-        raise ValueError(f"unknown extra pass(es) {sorted(bad)}: use position, canonical")
-    had_position = vl.use_pass_position
+        raise ValueError(f"unknown extra pass(es) {sorted(bad)}: use position, canonical, "
+                         "albedo")
+    had_position, had_diffcol = vl.use_pass_position, vl.use_pass_diffuse_color
     try:
         if "position" in extras:
             vl.use_pass_position = True
+        if "albedo" in extras:
+            vl.use_pass_diffuse_color = True
         if "canonical" in extras:
             with canonical_aovs(scene, vl):
                 yield
@@ -265,6 +277,8 @@ def _extra_passes(scene: bpy.types.Scene, vl: bpy.types.ViewLayer,
     finally:
         if vl.use_pass_position != had_position:
             vl.use_pass_position = had_position
+        if vl.use_pass_diffuse_color != had_diffcol:
+            vl.use_pass_diffuse_color = had_diffcol
 
 
 def _rendered_meshes(scene: bpy.types.Scene) -> list[bpy.types.Object]:

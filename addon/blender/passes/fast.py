@@ -101,7 +101,8 @@ def shadow_resolution(cam) -> int:
 
 def _canonical_passes(geo: ShotGeometry, g: FrameGeometry, frag: Fragments,
                       want: set[str]) -> dict[str, np.ndarray]:
-    """rest_position, uv, view_dir and light_visibility from the frame's fragments."""
+    """rest_position, uv, albedo, view_dir, light_visibility, irradiance and specular from
+    the frame's fragments."""
     from ...core.passes.irradiance import irradiance, specular
     from ...core.passes.shadow import light_visibility
 
@@ -118,6 +119,12 @@ def _canonical_passes(geo: ShotGeometry, g: FrameGeometry, frag: Fragments,
             uv = (b * surf.corner_uvs[t]).sum(axis=1)
             has = surf.has_uv[t]
             out["uv"] = _scatter(m, np.concatenate([uv * has[:, None], has[:, None]], axis=1))
+    if "albedo" in want:
+        from ...core.passes.albedo import albedo
+
+        surf = geo.albedo_surface()
+        uvs = {k: (b * v[t]).sum(axis=1) for k, v in surf.corner_uvs.items()}
+        out["albedo"] = _scatter(m, albedo(surf.sources, surf.tri_source[t], uvs))
     if not want & {"view_dir", "light_visibility", "irradiance", "specular"}:
         return out
     corners = g.positions[vid]  # (N, 3, 3) world

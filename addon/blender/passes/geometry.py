@@ -251,6 +251,7 @@ class ShotGeometry:
             self.light_warning = (f"the scene has {n_lights} lights: light_visibility carries "
                                   f"the first {MAX_LIGHTS} by name")
         self._surface: SurfaceAttributes | None = None
+        self._albedo = None
 
     def _evaluated(self, ob: bpy.types.Object):
         dg = self.depsgraph or bpy.context.evaluated_depsgraph_get()
@@ -341,6 +342,18 @@ class ShotGeometry:
         self._surface = SurfaceAttributes(np.concatenate(rest), np.concatenate(uvs),
                                           np.concatenate(has))
         return self._surface
+
+    def albedo_surface(self):
+        """Each triangle's base-colour source (see ``materials``), read once."""
+        if self._albedo is None:
+            from .materials import read_albedo_surface
+
+            self._albedo = read_albedo_surface(
+                self.objects, self._evaluated,
+                [ix["FACE"][:, 0] for ix in self._normal_index],
+                [ix["CORNER"] for ix in self._normal_index],
+                self.surface_attributes().corner_uvs)
+        return self._albedo
 
     def _vertex_parts(self, ob: bpy.types.Object, me) -> np.ndarray:
         """Part id per vertex from its dominant deforming bone's canonical joint."""

@@ -30,11 +30,11 @@ from .geometry import (
 
 PASSES = ("depth", "normal", "skeleton", "mask", "parts", "motion", "beauty",
           "rest_position", "uv", "normal_world", "view_dir", "light_visibility", "irradiance",
-          "specular")
+          "specular", "albedo")
 #: Passes for a per-character neural renderer: the fast engine makes them from the
 #: fragments (triangle + barycentrics) of the one rasterisation all passes share.
 CANONICAL_PASSES = ("rest_position", "uv", "normal_world", "view_dir", "light_visibility",
-                    "irradiance", "specular")
+                    "irradiance", "specular", "albedo")
 DEFAULT_PASSES = ("depth", "normal", "skeleton", "mask", "parts", "motion")
 MIN_SIZE, MAX_SIZE = 16, 8192
 MANIFEST_VERSION = 1
@@ -55,6 +55,7 @@ FILES = {
     "light_visibility": [("light_visibility", "exr")],
     "irradiance": [("irradiance", "exr")],
     "specular": [("specular", "exr")],
+    "albedo": [("albedo", "exr")],
 }
 
 #: With ``PassOptions.openpose_normalized``: the skeleton's COCO-18 JSON in 0-1 coordinates.

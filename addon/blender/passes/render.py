@@ -77,6 +77,8 @@ def _cycles_frames(scene, frames: list[int], opts: PassOptions) -> Iterator[tupl
         extras.add("position")
     if want & {"rest_position", "uv"}:
         extras.add("canonical")
+    if "albedo" in want:
+        extras.add("albedo")
     for f in frames:
         # One frame's pass settings at a time, restored before the frame is yielded: the
         # beauty rendered between frames gets the scene's own filter, bounces and film.
@@ -85,7 +87,7 @@ def _cycles_frames(scene, frames: list[int], opts: PassOptions) -> Iterator[tupl
         out = {"depth": p["depth"], "mask": p["mask"] > 0.5, "normal": p["normal_camera"],
                "motion": np.concatenate([p["flow_prev"], p["flow_next"]], axis=-1),
                "normal_world": p["normal_world"]}
-        for key in ("beauty", "position", "rest_position", "uv"):
+        for key in ("beauty", "position", "rest_position", "uv", "albedo"):
             if key in p:
                 out[key] = p[key]
         yield f, out
@@ -186,7 +188,7 @@ def _write_frame(out: Path, f: int, arrays: dict, opts: PassOptions, near: float
         write_exr(path("normal_world", "exr"), arrays["normal_world"], ["X", "Y", "Z"])
     if "view_dir" in want:
         write_exr(path("view_dir", "exr"), arrays["view_dir"], ["X", "Y", "Z"])
-    for name in ("irradiance", "specular"):
+    for name in ("irradiance", "specular", "albedo"):
         if name in want:
             write_exr(path(name, "exr"), arrays[name], ["R", "G", "B"])
     if "light_visibility" in want:
@@ -246,6 +248,8 @@ def _fast_iter(geo: ShotGeometry, opts: PassOptions, frames: list[int]
 
     if want & {"rest_position", "uv"}:
         geo.surface_attributes()  # read here: the worker thread may not call Blender
+    if "albedo" in want:
+        geo.albedo_surface()  # the materials and images too
     cache: dict[int, FrameGeometry] = {}
     pending = None
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="painted-skin-passes") as pool:
@@ -312,6 +316,10 @@ def make_passes(scene: bpy.types.Scene, opts: PassOptions, out: Path,
     warnings = list(geo.warnings) if "skeleton" in want else []
     if "light_visibility" in want and geo.light_warning:
         warnings.append(geo.light_warning)
+    if "albedo" in want and opts.engine == "fast" and geo.albedo_surface().approximated:
+        warnings.append("albedo: the viewport colour stands for material(s) "
+                        f"{', '.join(geo.albedo_surface().approximated)} (a node tree the "
+                        "fast engine does not read); the cycles engine renders them exactly")
     frame_now = scene.frame_current
     try:
         if opts.near is not None and opts.far is not None:

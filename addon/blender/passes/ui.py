@@ -101,6 +101,9 @@ class PS_PassesSettings(bpy.types.PropertyGroup):
                                description="The scene lights reflected toward the camera by a "
                                            "reference glossy surface (highlights, rim light), "
                                            "shadowed")
+    use_albedo: BoolProperty(name="Albedo", default=False,
+                             description="The materials' base colour, linear (Cycles' "
+                                         "Diffuse Color): image textures read at their UV map")
 
     def options(self, scene: bpy.types.Scene) -> PassOptions:
         chosen = tuple(p for p in PASSES if getattr(self, f"use_{p}", False))

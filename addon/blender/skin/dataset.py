@@ -30,10 +30,10 @@ from ..passes.beauty import beauty_settings, render_beauty  # noqa: F401 (the tr
 from ..passes.geometry import ShotGeometry
 from ..passes.render import PassOptions, iter_frames
 
-DATASET_VERSION = 4  # 3: the irradiance pass, 4: specular (a cache key holds no code)
+DATASET_VERSION = 5  # 3: irradiance, 4: specular, 5: albedo (a cache key holds no code)
 # What the skin model reads (skeleton is not needed: the geometry is all here).
 PASSES = ("depth", "normal", "mask", "parts", "motion", "rest_position", "uv",
-          "normal_world", "view_dir", "light_visibility", "irradiance", "specular")
+          "normal_world", "view_dir", "light_visibility", "irradiance", "specular", "albedo")
 #: Mocap files a clip may name instead of a generated motion (its seed is then the
 #: window's first frame, at the set's fps).
 MOTION_SUFFIXES = (".bvh", ".fbx", ".glb", ".gltf")
@@ -235,6 +235,15 @@ def character_fingerprint(arm: bpy.types.Object) -> dict:
 def uv_report(arm: bpy.types.Object) -> list[str]:
     """Meshes without a UV map (the model falls back to their rest positions)."""
     return [o.name for o in character_meshes(arm) if not o.data.uv_layers]
+
+
+def albedo_report(arm: bpy.types.Object) -> list[str]:
+    """Materials of the character the albedo pass reads only approximately."""
+    from ..passes.materials import albedo_source
+
+    mats = {s.material for o in character_meshes(arm) for s in o.material_slots}
+    cache: dict = {}
+    return sorted(m.name for m in mats if m is not None and not albedo_source(m, cache).exact)
 
 
 def place_camera(cam: bpy.types.Object, orbit: Orbit, t: float, centre: np.ndarray,

@@ -118,8 +118,9 @@ class TrainRequest:
 
 
 def trainer_command(req: TrainRequest, python: str, train_dir: Path, held_dir: Path,
-                    fingerprint: Path, extra: Path) -> list[str]:
-    """The backend trainer's command line for ``req`` over rendered frame folders."""
+                    fingerprint: Path, extra: Path, no_albedo: bool = False) -> list[str]:
+    """The backend trainer's command line for ``req`` over rendered frame folders;
+    ``no_albedo``: the model does not read the albedo pass."""
     cmd = [python, "-m", TRAINER_MODULE, "--frames", str(train_dir),
            "--eval-frames", str(held_dir), "--out", str(req.out), "--fingerprint",
            str(fingerprint), "--report-extra", str(extra), "--device", req.device,
@@ -133,6 +134,8 @@ def trainer_command(req: TrainRequest, python: str, train_dir: Path, held_dir: P
         cmd.append("--resume")
     if req.temporal:
         cmd.append("--temporal")
+    if no_albedo:
+        cmd.append("--no-albedo")
     start = req.start_from()
     if start is not None:
         cmd += ["--init-from", str(start.resolve())]
@@ -317,6 +320,11 @@ def _train_skin(req: TrainRequest, progress=None,
     for name in D.uv_report(arm):
         print(f"train-skin: mesh {name!r} has no UV map: its skin is learned from its rest "
               "positions (a 3-D feature grid) instead", file=sys.stderr)
+    approximated = D.albedo_report(arm)
+    if approximated:
+        print(f"train-skin: material(s) {', '.join(approximated)} are more than the albedo "
+              "pass reads (a procedural texture or a mix): the model learns the character's "
+              "colours itself instead of reading them", file=sys.stderr)
     spec, held = dataset_specs(req)
     start = req.start_from()
     if start is not None and req.init_from is None:
@@ -338,7 +346,8 @@ def _train_skin(req: TrainRequest, progress=None,
             "train": str(train_dir), "held_out": str(held_dir), "size": req.size,
             "train_clips": [list(c) for c in spec.clips],
             "held_out_clips": [list(c) for c in held.clips], "samples": req.samples}})
-        cmd = trainer_command(req, python, train_dir, held_dir, fp, extra)
+        cmd = trainer_command(req, python, train_dir, held_dir, fp, extra,
+                              no_albedo=bool(approximated))
         proc = subprocess.Popen(cmd, env=env)
         while True:  # the trainer finishes its step and saves a checkpoint: wait for it
             try:

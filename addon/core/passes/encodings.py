@@ -97,6 +97,11 @@ CONVENTIONS = {
                 "camera by a reference glossy dielectric (GGX, roughness 0.6, F0 0.04: a "
                 "black Principled BSDF), times each light's colour and light_visibility; 0 "
                 "where empty. Highlights and the Fresnel rim of a light from behind",
+    "albedo": "EXR float32 R,G,B linear: the surface's base colour as its material "
+              "gives it (Principled BSDF Base Color times 1 - Metallic: Cycles' Diffuse "
+              "Color pass), image textures read at their UV map; 0 where empty. Fast "
+              "engine: constants, RGB nodes and Image Textures; other node trees give the "
+              "material's viewport colour (the manifest's warnings name them)",
     "lights": "per light: name, type (SUN, POINT, SPOT, AREA), world position, world "
               "direction towards the light (a sun's light travels along -direction), "
               "linear colour and energy (a sun's strength, else watts); "

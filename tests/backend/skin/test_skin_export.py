@@ -56,7 +56,7 @@ def test_folder_holds_config_graph_and_report(exported) -> None:
                                                         "report.json", "weights.safetensors"]
     cfg = json.loads((folder / "config.json").read_text())
     assert cfg["format_version"] == FORMAT_VERSION and cfg["fingerprint"] == S.FINGERPRINT
-    assert F.channels(cfg["layout"]) == 43  # 6 coordinates + 37 conditioning channels
+    assert F.channels(cfg["layout"]) == 46  # 6 coordinates + 40 conditioning channels
     assert json.loads((folder / "report.json").read_text())["steps"] == 3
     assert not [p for p in folder.parent.iterdir() if p.name.startswith(".")]  # no temp left
     modes = {p.name: p.stat().st_mode & 0o777 for p in folder.iterdir()}

@@ -55,7 +55,7 @@ def test_missing_pass_is_named() -> None:
     with pytest.raises(F.FeatureError, match="'light_visibility' pass"):
         F.frame_features(passes, F.layout(), [[-1] * 3, [1] * 3])
     with pytest.raises(F.FeatureError, match="unknown skin-model input"):
-        F.layout(["normal", "albedo"])
+        F.layout(["normal", "roughness"])
 
 
 def test_light_visibility_as_wire_bytes_gives_the_same_features() -> None:

@@ -85,6 +85,26 @@ def test_varied_rigs_light_every_other_clip_anew_and_put_the_scene_back(demo_arm
     assert 1 <= len(rig) <= 4
 
 
+def test_a_material_the_albedo_pass_cannot_read_trains_without_it(demo_arm, tmp_path):
+    """The demo's image-textured materials are read exactly; a procedural one is named,
+    and the trainer is told to learn the colours instead of reading the pass."""
+    from painted_skin.addon.blender.skin import dataset as D
+    from painted_skin.addon.blender.skin.train import TrainRequest, trainer_command
+
+    assert D.albedo_report(demo_arm) == []
+    mat = next(s.material for o in D.character_meshes(demo_arm) for s in o.material_slots)
+    tree = mat.node_tree
+    bsdf = next(n for n in tree.nodes if n.bl_idname == "ShaderNodeBsdfPrincipled")
+    tree.links.new(tree.nodes.new("ShaderNodeTexNoise").outputs["Color"],
+                   bsdf.inputs["Base Color"])
+    assert D.albedo_report(demo_arm) == [mat.name]
+    req = TrainRequest("demo", tmp_path / "m")
+    args = (req, "python", tmp_path / "t", tmp_path / "h", tmp_path / "fp.json",
+            tmp_path / "x.json")
+    assert "--no-albedo" in trainer_command(*args, no_albedo=True)
+    assert "--no-albedo" not in trainer_command(*args)
+
+
 def bpy_clean_scene_has_no_dataset_camera() -> bool:
     import bpy
 

@@ -1,0 +1,115 @@
+"""The albedo pass is the colour the materials give the surface, as Cycles' Diffuse
+Color pass holds it: the skin model multiplies its light by this pass, so it must be the
+character's own colours (image textures at their UV map, constants, metallic's share
+taken out), in both engines, and say so when a material is more than it reads."""
+
+from __future__ import annotations
+
+import numpy as np
+from test_canonical_passes import _camera, _plane, run_engines
+
+
+def _principled(bpy, name: str):
+    mat = bpy.data.materials.new(name)  # Blender 5: a Principled BSDF to the output
+    return mat, mat.node_tree.nodes["Principled BSDF"]
+
+
+def _checker_image(bpy) -> None:
+    img = bpy.data.images.new("checker", 4, 4)  # a byte image: sRGB-encoded values
+    px = np.zeros((4, 4, 4), np.float32)
+    px[..., 3] = 1.0
+    colours = np.array([[0.9, 0.2, 0.1], [0.1, 0.5, 0.9]], np.float32)
+    for y in range(4):
+        for x in range(4):
+            px[y, x, :3] = colours[(x + y) % 2]
+    img.pixels.foreach_set(px.ravel())
+    return img
+
+
+def _scene(bpy):
+    """Three planes: a checker image read at a second UV map, a half-metallic constant,
+    and a procedural texture (the fast engine's viewport-colour fallback)."""
+    textured = _plane(bpy, "textured", 1.8)
+    me = textured.data
+    second = me.uv_layers.new(name="Second")
+    uv = np.empty(len(me.loops) * 2, np.float32)
+    me.uv_layers["UVMap"].data.foreach_get("uv", uv)
+    second.data.foreach_set("uv", (uv * 0.5 + 0.25).astype(np.float32))
+    me.uv_layers["UVMap"].active_render = True
+    mat, bsdf = _principled(bpy, "image")
+    nodes, links = mat.node_tree.nodes, mat.node_tree.links
+    tex = nodes.new("ShaderNodeTexImage")
+    tex.image = _checker_image(bpy)
+    tex.interpolation = "Closest"
+    uvmap = nodes.new("ShaderNodeUVMap")
+    uvmap.uv_map = "Second"
+    links.new(uvmap.outputs["UV"], tex.inputs["Vector"])
+    links.new(tex.outputs["Color"], bsdf.inputs["Base Color"])
+    textured.data.materials.append(mat)
+
+    plain = _plane(bpy, "plain", 1.8)
+    plain.location.x = 2.0
+    mat, bsdf = _principled(bpy, "half_metal")
+    bsdf.inputs["Base Color"].default_value = (0.2, 0.6, 0.4, 1.0)
+    bsdf.inputs["Metallic"].default_value = 0.5
+    plain.data.materials.append(mat)
+
+    noisy = _plane(bpy, "noisy", 1.8)
+    noisy.location.x = -2.0
+    mat, bsdf = _principled(bpy, "procedural")
+    noise = mat.node_tree.nodes.new("ShaderNodeTexNoise")
+    mat.node_tree.links.new(noise.outputs["Color"], bsdf.inputs["Base Color"])
+    mat.diffuse_color = (0.3, 0.2, 0.7, 1.0)
+    noisy.data.materials.append(mat)
+    _camera(bpy, (0.0, -0.01, 6.0), target=(0.0, 0.0, 0.0), lens=25.0)
+
+
+def test_albedo_is_cycles_diffuse_color_and_names_what_it_approximates(bpy_clean):
+    bpy = bpy_clean
+    from painted_skin.addon.blender.passes.geometry import ShotGeometry
+
+    _scene(bpy)
+    scene = bpy.context.scene
+    f = scene.frame_current
+    out = run_engines(scene, [f], (96, 48), passes=("mask", "albedo"))
+    fast, cyc = out["fast"][f][1], out["cycles"][f][1]
+    m = (fast["mask"] > 0) & (cyc["mask"] > 0.5)
+    assert m.sum() > 1000
+    x = np.broadcast_to(np.arange(96)[None, :], m.shape)
+    textured, plain = m & (np.abs(x - 48) < 12), m & (x > 72)
+    for region in (textured, plain):
+        a, b = fast["albedo"][region], cyc["albedo"][region]
+        close = (np.abs(a - b) <= np.maximum(0.1 * b, 0.02)).all(axis=1)
+        assert close.mean() > 0.9, (a.mean(0), b.mean(0))
+    # the half-metallic constant: half its base colour
+    np.testing.assert_allclose(np.median(fast["albedo"][plain], axis=0), [0.1, 0.3, 0.2],
+                               atol=1e-3)
+    # the checker's two linear colours, read at the second UV map (its middle quarter)
+    reds = fast["albedo"][textured][:, 0] > 0.3
+    assert 0.3 < reds.mean() < 0.7
+    from painted_skin.addon.core.passes.albedo import srgb_to_linear
+
+    stored = np.round(np.array([0.9, 0.2, 0.1]) * 255) / 255  # what a byte image holds
+    np.testing.assert_allclose(np.median(fast["albedo"][textured][reds], axis=0),
+                               srgb_to_linear(stored), atol=1e-3)
+    # the procedural texture: the viewport colour, and named
+    noisy = m & (x < 24)
+    np.testing.assert_allclose(np.median(fast["albedo"][noisy], axis=0), [0.3, 0.2, 0.7],
+                               atol=1e-3)
+    assert ShotGeometry(scene, 96, 48).albedo_surface().approximated == ["procedural"]
+
+
+def test_make_passes_warns_of_an_approximated_material(bpy_clean, tmp_path):
+    bpy = bpy_clean
+    from painted_skin.addon.blender.passes.image_io import read_image
+    from painted_skin.addon.blender.passes.render import PassOptions, make_passes
+
+    _scene(bpy)
+    scene = bpy.context.scene
+    f = scene.frame_current
+    opts = PassOptions(frames=range(f, f + 1), width=64, height=32, engine="fast",
+                       passes=("mask", "albedo"))
+    summary = make_passes(scene, opts, tmp_path)
+    assert any("procedural" in w and "albedo" in w for w in summary["warnings"])
+    img = read_image(next((tmp_path / "albedo").glob("*.exr")))
+    assert img.shape[:2] == (32, 64) and img[..., :3].max() > 0.5
