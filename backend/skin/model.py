@@ -59,6 +59,11 @@ def net_config(folder_config: dict[str, Any]) -> dict[str, Any]:
             "diffusion_steps": folder_config.get("diffusion_steps", 4)}
 
 
+#: The albedo pass is clamped this far inside (0, 1) before its logit (a black pixel
+#: stays reachable: logit(1e-3) = -6.9).
+ALBEDO_EPS = 1e-3
+
+
 def srgb_encode(lin: torch.Tensor) -> torch.Tensor:
     """Blender's Standard view: the sRGB curve of linear light (clipped at 0)."""
     lin = lin.clamp_min(0.0)
@@ -175,13 +180,15 @@ class SkinNet(nn.Module):
         pixel through the irradiance and specular passes, so a light moved after
         training moves the shading and the highlights the way Cycles would.
 
-        With the albedo pass, the albedo is that pass times a learned 0..2 gain: the
-        materials' own colours, sharp at any size and right on faces training never
-        saw; the network learns how they are lit (and what the pass misses)."""
+        With the albedo pass, the albedo outputs are a change of that pass in logit
+        space (zero: the pass itself): the materials' own colours, sharp at any size and
+        right on faces training never saw, so the network learns how they are lit; and a
+        look fine-tuned from the model can still move any colour to any other."""
         if albedo_pass is None:
             albedo = torch.sigmoid(out[:, 0:3])
         else:
-            albedo = albedo_pass * 2.0 * torch.sigmoid(out[:, 0:3])
+            albedo = torch.sigmoid(torch.logit(albedo_pass.clamp(ALBEDO_EPS, 1.0 - ALBEDO_EPS))
+                                   + out[:, 0:3])
         ambient = F.softplus(out[:, 3:6] - 2.0)
         residual = RESIDUAL_RANGE * torch.tanh(out[:, 6:9])
         linear = albedo * (irradiance + ambient)

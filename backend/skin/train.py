@@ -403,8 +403,8 @@ def init_from_model(net: SkinNet, folder: str | os.PathLike,
                 own[last][k:] = 0.0
                 copied.append(last)
         if net.alb_at is not None and features.offset(old_cfg["layout"], "albedo") is None:
-            # The albedo outputs become a gain on the new albedo pass: zero is a gain of
-            # one, the materials' own colours, where the old outputs meant a colour.
+            # The albedo outputs become a change of the new albedo pass: zero is the
+            # materials' own colours, where the old outputs meant a colour.
             for last in ("unet.out.weight", "unet.out.bias"):
                 own[last][0:3] = 0.0
     net.load_state_dict(own)
