@@ -16,7 +16,7 @@ Options::
                          a look of a multi-look model folder (painted-skin learn-look
                          --look NAME), or a mix of looks by weight; default the base
     stabilize: 0..<1     with the temporal chain: how strongly each pixel keeps the
-                         previous output where the two nearly agree (default 0.8;
+                         previous output where the two nearly agree (default 0.5;
                          0 or false: off) -- flicker removed without lag
                          (:mod:`painted_skin.backend.skin.stabilize`)
 
