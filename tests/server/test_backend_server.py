@@ -670,6 +670,7 @@ def test_a_skin_frame_it_cannot_paint_is_bad_array_not_a_bug(serve, client, capl
     passes["view_dir"] = np.zeros((32, 32, 3), np.float16)
     passes["irradiance"] = np.zeros((32, 32, 3), np.float16)
     passes["specular"] = np.zeros((32, 32, 3), np.float16)
+    passes["albedo"] = np.zeros((32, 32, 3), np.float16)
     for name, value in change.items():
         if value is None:
             passes.pop(name)
