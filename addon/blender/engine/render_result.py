@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...core.passes.albedo import srgb_to_linear as decode_srgb
+
 #: The passes the engine adds beside Combined: (name, channels, channel ids).
 PASSES = (("Depth", 1, "Z"), ("Normal", 3, "XYZ"), ("Vector", 4, "XYZW"), ("Mask", 1, "X"))
 #: What Blender's Depth pass holds where nothing is hit.
@@ -17,10 +19,7 @@ BACKGROUND_DEPTH = 1e10
 
 def srgb_to_linear(rgb8: np.ndarray) -> np.ndarray:
     """uint8 sRGB -> float32 scene-linear (the sRGB EOTF, as OpenColorIO's Standard)."""
-    c = np.asarray(rgb8, np.float32) / np.float32(255)
-    return np.where(c <= 0.04045, c / np.float32(12.92),
-                    ((c + np.float32(0.055)) / np.float32(1.055)) ** np.float32(2.4)
-                    ).astype(np.float32)
+    return decode_srgb(np.asarray(rgb8, np.float32) / np.float32(255))
 
 
 def _rows(img: np.ndarray) -> np.ndarray:

@@ -316,10 +316,12 @@ def make_passes(scene: bpy.types.Scene, opts: PassOptions, out: Path,
     warnings = list(geo.warnings) if "skeleton" in want else []
     if "light_visibility" in want and geo.light_warning:
         warnings.append(geo.light_warning)
-    if "albedo" in want and opts.engine == "fast" and geo.albedo_surface().approximated:
+    approximated = geo.albedo_surface().approximated \
+        if "albedo" in want and opts.engine == "fast" else []
+    if approximated:
         warnings.append("albedo: the viewport colour stands for material(s) "
-                        f"{', '.join(geo.albedo_surface().approximated)} (a node tree the "
-                        "fast engine does not read); the cycles engine renders them exactly")
+                        f"{', '.join(approximated)} (a node tree the fast engine does not "
+                        "read); the cycles engine renders them exactly")
     frame_now = scene.frame_current
     try:
         if opts.near is not None and opts.far is not None:
