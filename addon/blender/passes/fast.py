@@ -120,11 +120,14 @@ def _canonical_passes(geo: ShotGeometry, g: FrameGeometry, frag: Fragments,
             has = surf.has_uv[t]
             out["uv"] = _scatter(m, np.concatenate([uv * has[:, None], has[:, None]], axis=1))
     if "albedo" in want:
-        from ...core.passes.albedo import albedo
+        from ...core.passes.albedo import albedo, uv_gradients
 
         surf = geo.albedo_surface()
         uvs = {k: (b * v[t]).sum(axis=1) for k, v in surf.corner_uvs.items()}
-        out["albedo"] = _scatter(m, albedo(surf.sources, surf.tri_source[t], uvs))
+        cam_corners = cam.to_camera(g.positions[vid])
+        grads = {k: uv_gradients(cam.project, cam_corners, b[:, :, 0], v[t])
+                 for k, v in surf.corner_uvs.items()}
+        out["albedo"] = _scatter(m, albedo(surf.sources, surf.tri_source[t], uvs, grads))
     if not want & {"view_dir", "light_visibility", "irradiance", "specular"}:
         return out
     corners = g.positions[vid]  # (N, 3, 3) world

@@ -30,7 +30,7 @@ from ..passes.beauty import beauty_settings, render_beauty  # noqa: F401 (the tr
 from ..passes.geometry import ShotGeometry
 from ..passes.render import PassOptions, iter_frames
 
-DATASET_VERSION = 5  # 3: irradiance, 4: specular, 5: albedo (a cache key holds no code)
+DATASET_VERSION = 6  # 3: irradiance, 4: specular, 5: albedo, 6: albedo over the pixel filter
 # What the skin model reads (skeleton is not needed: the geometry is all here).
 PASSES = ("depth", "normal", "mask", "parts", "motion", "rest_position", "uv",
           "normal_world", "view_dir", "light_visibility", "irradiance", "specular", "albedo")

@@ -42,6 +42,13 @@ class AlbedoSource:
     extension: str = "REPEAT"
     interpolation: str = "Linear"  # Closest: the nearest texel; anything else: bilinear
     exact: bool = True  # False: the material's tree is more than this reads (approximated)
+    _mips: list[np.ndarray] | None = field(default=None, repr=False, compare=False)
+
+    def mips(self) -> list[np.ndarray]:
+        """The image's mip pyramid (built once; level 0 is the image)."""
+        if self._mips is None:
+            self._mips = mip_pyramid(self.image)
+        return self._mips
 
 
 def _wrap(x: np.ndarray, n: int, extension: str) -> tuple[np.ndarray, np.ndarray]:
@@ -72,10 +79,11 @@ def sample_bilinear(image: np.ndarray, uv: np.ndarray, extension: str = "REPEAT"
     """(N, C) of ``image`` (H, W, C), row 0 at the bottom, read at ``uv`` (N, 2) with
     linear interpolation between texel centres, as Blender's Image Texture (Linear)."""
     h, w = image.shape[:2]
+    flat = np.asarray(image, np.float32).reshape(h * w, -1)
     x = uv[:, 0].astype(np.float64) * w - 0.5
     y = uv[:, 1].astype(np.float64) * h - 0.5
     x0, y0 = np.floor(x), np.floor(y)
-    fx, fy = (x - x0)[:, None], (y - y0)[:, None]
+    fx, fy = (x - x0).astype(np.float32)[:, None], (y - y0).astype(np.float32)[:, None]
     x0, y0 = x0.astype(np.int64), y0.astype(np.int64)
     xa, ia = _wrap(x0, w, extension)
     xb, ib = _wrap(x0 + 1, w, extension)
@@ -83,19 +91,174 @@ def sample_bilinear(image: np.ndarray, uv: np.ndarray, extension: str = "REPEAT"
     yb, jb = _wrap(y0 + 1, h, extension)
 
     def tex(yy, xx, ok):
-        return image[yy, xx].astype(np.float32) * ok[:, None]
+        # A flat take: a third of the time of 2-D fancy indexing on large reads.
+        v = flat.take(yy * w + xx, axis=0)
+        return v * ok[:, None] if extension == "CLIP" else v
 
     top = tex(ya, xa, ia & ja) * (1 - fx) + tex(ya, xb, ib & ja) * fx
     bottom = tex(yb, xa, ia & jb) * (1 - fx) + tex(yb, xb, ib & jb) * fx
-    return (top * (1 - fy) + bottom * fy).astype(np.float32)
+    return top * (1 - fy) + bottom * fy
+
+
+def mip_pyramid(image: np.ndarray) -> list[np.ndarray]:
+    """``image`` and its 2x2 box-filtered halvings down to one texel (an odd side's last
+    row or column is repeated, so every level covers the whole image)."""
+    levels = [np.asarray(image, np.float32)]
+    while max(levels[-1].shape[:2]) > 1:
+        a = levels[-1]
+        if a.shape[0] % 2:
+            a = np.concatenate([a, a[-1:]], axis=0)
+        if a.shape[1] % 2:
+            a = np.concatenate([a, a[:, -1:]], axis=1)
+        if a.shape[0] > 1:
+            a = 0.5 * (a[0::2] + a[1::2])
+        if a.shape[1] > 1:
+            a = 0.5 * (a[:, 0::2] + a[:, 1::2])
+        levels.append(a.astype(np.float32))
+    return levels
+
+
+def footprint_texels(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """(N,) texels one pixel step covers: the longer of d(uv)/dx and d(uv)/dy (``grad``
+    (N, 2, 2): [uv component, pixel axis]) in an image of ``shape`` (H, W, ...)."""
+    scale = np.array([shape[1], shape[0]], np.float64)[None, :, None]
+    g = np.asarray(grad, np.float64) * scale
+    return np.sqrt(np.maximum((g ** 2).sum(axis=1).max(axis=1), 0.0))
+
+
+def uv_gradients(project, corners: np.ndarray, bary: np.ndarray, corner_uvs: np.ndarray
+                 ) -> np.ndarray:
+    """(N, 2, 2) d(uv)/d(pixel) at N surface points: [uv component, pixel x / y].
+
+    ``project``: camera-space (..., 3) -> (pixel (..., 2), depth); ``corners``: (N, 3, 3)
+    camera-space corners of each point's triangle; ``bary``: (N, 3) the point's
+    barycentrics; ``corner_uvs``: (N, 3, 2). Exact under perspective at the point (the
+    projection differentiated there); an edge-on triangle's is infinite."""
+    c = np.asarray(corners, np.float64)
+    p = np.einsum("nk,nkc->nc", np.asarray(bary, np.float64), c)
+    eps = 1e-4
+    s0 = project(p)[0]
+    ds = np.stack([(project(p + eps * (c[:, k] - c[:, 0]))[0] - s0) / eps for k in (1, 2)],
+                  axis=-1)  # (N, 2 pixel, 2 bary)
+    uv = np.asarray(corner_uvs, np.float64)
+    du = np.stack([uv[:, 1] - uv[:, 0], uv[:, 2] - uv[:, 0]], axis=-1)  # (N, 2 uv, 2 bary)
+    det = ds[:, 0, 0] * ds[:, 1, 1] - ds[:, 0, 1] * ds[:, 1, 0]
+    inv = np.stack([np.stack([ds[:, 1, 1], -ds[:, 0, 1]], -1),
+                    np.stack([-ds[:, 1, 0], ds[:, 0, 0]], -1)], 1)  # (N, 2 bary, 2 pixel)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        grad = np.einsum("nub,nbp->nup", du, inv) / det[:, None, None]
+    edge_on = ~np.isfinite(grad).all(axis=(1, 2)) | (np.abs(det) < 1e-12)
+    grad[edge_on] = np.inf
+    return grad
+
+
+#: The training target's pixel filter: Cycles' default, a Blackman-Harris window
+#: 1.5 pixels wide.
+FILTER_WIDTH = 1.5
+#: Taps per axis across that window.
+FILTER_TAPS = 4
+
+
+def _blackman_harris(x: np.ndarray) -> np.ndarray:
+    """The Blackman-Harris window at ``x`` in [0, 1]."""
+    a = (0.35875, 0.48829, 0.14128, 0.01168)
+    t = 2 * np.pi * x
+    return a[0] - a[1] * np.cos(t) + a[2] * np.cos(2 * t) - a[3] * np.cos(3 * t)
+
+
+def _trilinear(mips: list[np.ndarray], uv: np.ndarray, level: np.ndarray,
+               extension: str) -> np.ndarray:
+    """(N, C) bilinear reads at fractional mip ``level`` (N,), blended between levels."""
+    level = np.clip(np.nan_to_num(level, nan=len(mips) - 1.0, posinf=len(mips) - 1.0),
+                    0.0, len(mips) - 1.0)
+    lo = np.floor(level).astype(np.int64)
+    frac = (level - lo)[:, None].astype(np.float32)
+    out = np.empty((len(uv), mips[0].shape[2]), np.float32)
+    for k in np.unique(lo):
+        sel = lo == k
+        a = sample_bilinear(mips[k], uv[sel], extension)
+        if k + 1 < len(mips):
+            a = a * (1 - frac[sel]) + sample_bilinear(mips[k + 1], uv[sel], extension) * frac[sel]
+        out[sel] = a
+    return out
+
+
+#: Most extra taps along a slanted footprint's long axis (as GPUs' 16x anisotropy / 2).
+MAX_ANISOTROPY = 8
+
+
+def _window(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` tap offsets (pixels) across the filter window and their weights."""
+    step = FILTER_WIDTH / n
+    offsets = (np.arange(n) + 0.5) * step - FILTER_WIDTH / 2
+    return offsets, _blackman_harris((offsets + FILTER_WIDTH / 2) / FILTER_WIDTH)
+
+
+def sample_footprint(src: AlbedoSource, uv: np.ndarray, grad: np.ndarray | None
+                     ) -> np.ndarray:
+    """(N, C) of ``src.image`` as a many-sample render's pixel holds it: the texture
+    averaged over the pixel filter's window, mapped into the texture by ``grad``;
+    without ``grad``, or where a pixel covers at most a texel, the image's own
+    interpolation at the point.
+
+    Why: a point read at the pixel centre aliases where texels are smaller than pixels
+    (a far camera's plaid shimmers frame to frame) while the renders it is compared with
+    do not. The window is a grid of weighted taps along the footprint's own axes, each
+    a trilinear mip read of its share; a slanted footprint gets more taps along its long
+    axis (up to MAX_ANISOTROPY x), so it blurs only along its slant."""
+    point = sample_nearest if src.interpolation == "Closest" else sample_bilinear
+    out = point(src.image, uv, src.extension)
+    if grad is None or not len(uv):
+        return out
+    texels = footprint_texels(grad, src.image.shape)
+    minified = ~(texels <= 1.0)  # NaN / inf (edge-on) count as minified
+    if not minified.any():
+        return out
+    mips = src.mips()
+    h, w = src.image.shape[:2]
+    q = uv[minified].astype(np.float64)
+    g = np.asarray(grad, np.float64)[minified]
+    finite = np.isfinite(g).all(axis=(1, 2))
+    g = np.where(finite[:, None, None], g, 0.0)
+    # The footprint's axes: singular vectors in pixel space, lengths in texels.
+    scale = np.array([w, h], np.float64)[None, :, None]
+    _, sv, vt = np.linalg.svd(g * scale)
+    major, minor = np.maximum(sv[:, 0], 1e-12), np.maximum(sv[:, 1], 1e-12)
+    dirs = vt  # rows: pixel-space unit directions of the major and minor axes
+    ratio = np.clip(major / minor, 1.0, MAX_ANISOTROPY)
+    bucket = 2 ** np.ceil(np.log2(ratio)).astype(np.int64)
+    acc = np.zeros((len(q), out.shape[1]), np.float32)
+    for a in np.unique(bucket):
+        sel = bucket == a
+        n_major, n_minor = FILTER_TAPS * int(a), FILTER_TAPS
+        step = FILTER_WIDTH / n_minor
+        level = np.log2(np.maximum(step * np.maximum(minor[sel], major[sel] / a), 1e-12))
+        level = np.where(finite[sel], level, len(mips) - 1.0)
+        gp, qs = g[sel], q[sel]
+        along = np.einsum("nuk,nk->nu", gp, dirs[sel, 0])  # uv per pixel along the axes
+        across = np.einsum("nuk,nk->nu", gp, dirs[sel, 1])
+        (o1, w1), (o2, w2) = _window(n_major), _window(n_minor)
+        o1, o2 = (x.ravel() for x in np.meshgrid(o1, o2, indexing="ij"))
+        wt = np.outer(w1, w2).ravel()
+        # Every tap of every pixel in one read: (pixels, taps) flattened.
+        taps = (qs[:, None] + along[:, None] * o1[None, :, None]
+                + across[:, None] * o2[None, :, None])
+        reads = _trilinear(mips, taps.reshape(-1, 2), np.repeat(level, len(wt)),
+                           src.extension).reshape(len(qs), len(wt), -1)
+        acc[sel] = np.einsum("ntc,t->nc", reads, (wt / wt.sum()).astype(np.float32))
+    out[minified] = acc
+    return out
 
 
 def albedo(sources: list[AlbedoSource], source_of: np.ndarray,
-           uvs: dict[str | None, np.ndarray]) -> np.ndarray:
+           uvs: dict[str | None, np.ndarray],
+           uv_grads: dict[str | None, np.ndarray] | None = None) -> np.ndarray:
     """(N, 3) linear base colour of N surface points.
 
     ``source_of``: (N,) index into ``sources`` per point; ``uvs``: per UV-map name (None:
-    the render UV map), (N, 2) coordinates of every point (0 where its mesh lacks it)."""
+    the render UV map), (N, 2) coordinates of every point (0 where its mesh lacks it);
+    ``uv_grads``: the same maps' (N, 2, 2) derivatives per pixel step (see
+    :func:`footprint_texels`), for a footprint-filtered read; None reads at the point."""
     out = np.empty((len(source_of), 3), np.float32)
     for i, src in enumerate(sources):
         sel = source_of == i
@@ -105,7 +268,8 @@ def albedo(sources: list[AlbedoSource], source_of: np.ndarray,
         if src.image is None:
             out[sel] = col
             continue
-        uv = uvs.get(src.uv_map, uvs.get(None))
-        sample = sample_nearest if src.interpolation == "Closest" else sample_bilinear
-        out[sel] = sample(src.image, uv[sel], src.extension)[:, :3] * col
+        name = src.uv_map if src.uv_map in uvs else None
+        grad = None if uv_grads is None else uv_grads.get(name)
+        out[sel] = sample_footprint(src, uvs[name][sel],
+                                    None if grad is None else grad[sel])[:, :3] * col
     return out

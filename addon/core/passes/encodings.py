@@ -100,8 +100,10 @@ CONVENTIONS = {
     "albedo": "EXR float32 R,G,B linear: the surface's base colour as its material "
               "gives it (Principled BSDF Base Color times 1 - Metallic: Cycles' Diffuse "
               "Color pass), image textures read at their UV map; 0 where empty. Fast "
-              "engine: constants, RGB nodes and Image Textures; other node trees give the "
-              "material's viewport colour (the manifest's warnings name them)",
+              "engine: constants, RGB nodes and Image Textures, averaged over the pixel "
+              "(Cycles' 1.5 px Blackman-Harris filter) where a pixel covers many texels; "
+              "other node trees give the material's viewport colour (the manifest's "
+              "warnings name them)",
     "lights": "per light: name, type (SUN, POINT, SPOT, AREA), world position, world "
               "direction towards the light (a sun's light travels along -direction), "
               "linear colour and energy (a sun's strength, else watts); "

@@ -113,3 +113,35 @@ def test_make_passes_warns_of_an_approximated_material(bpy_clean, tmp_path):
     assert any("procedural" in w and "albedo" in w for w in summary["warnings"])
     img = read_image(next((tmp_path / "albedo").glob("*.exr")))
     assert img.shape[:2] == (32, 64) and img[..., :3].max() > 0.5
+
+
+def test_a_texture_finer_than_the_pixels_reads_its_average_as_a_render_does(bpy_clean):
+    """A far camera sees a 256² checker of single texels over ~13 texels a pixel: each
+    pixel holds their average (a many-sample render's), not the one texel at its centre,
+    which would shimmer as the character moves."""
+    bpy = bpy_clean
+    from test_canonical_passes import _camera, _plane
+
+    ob = _plane(bpy, "fine", 1.8)
+    mat, bsdf = _principled(bpy, "fine")
+    img = bpy.data.images.new("fine", 256, 256, float_buffer=True)
+    y, x = np.mgrid[0:256, 0:256]
+    px = np.ones((256, 256, 4), np.float32)
+    px[..., :3] = ((x + y) % 2)[..., None] * np.array([0.8, 0.4, 0.1], np.float32)
+    img.pixels.foreach_set(px.ravel())
+    tex = mat.node_tree.nodes.new("ShaderNodeTexImage")
+    tex.image = img
+    mat.node_tree.links.new(tex.outputs["Color"], bsdf.inputs["Base Color"])
+    ob.data.materials.append(mat)
+    _camera(bpy, (0.0, -0.01, 6.0), lens=25.0)
+    scene = bpy.context.scene
+    f = scene.frame_current
+    fast = run_engines(scene, [f], (96, 48), passes=("mask", "albedo"),
+                       engines=("fast",))["fast"][f][1]
+    import scipy.ndimage as nd
+
+    inner = nd.binary_erosion(fast["mask"] > 0, iterations=2)
+    assert inner.sum() > 150
+    a = fast["albedo"][inner]
+    np.testing.assert_allclose(a.mean(0), [0.4, 0.2, 0.05], atol=0.02)
+    assert a[:, 0].std() < 0.03, a[:, 0].std()
