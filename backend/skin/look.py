@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         elif a.steps is None and a.minutes:
             probe = dataclasses.replace(cfg, init_from=str(base))
             cfg = dataclasses.replace(cfg, steps=calibrate_steps(
-                keys, probe, a.minutes, previous=[None] * len(keys)))
+                keys, probe, a.minutes, previous=[None] * len(keys)), fit_minutes=True)
             print(f"look: {cfg.steps} steps fit {a.minutes:g} minutes here")
         res = learn_look(keys, base, cfg, fingerprint, resume=a.resume)
     except (TrainError, runtime.ModelFolderError, OSError, ValueError) as e:

@@ -67,6 +67,9 @@ class TrainConfig:
     texture_from: float = 0.0
     device: str = "cpu"
     minutes: float | None = None
+    # With ``minutes``: ``steps`` is an estimate, re-planned from the measured speed so
+    # the schedule ends when the budget does.
+    fit_minutes: bool = False
     checkpoint: str | None = None
     checkpoint_every: int = 200
     progress: bool = True
@@ -74,7 +77,8 @@ class TrainConfig:
     def fixed(self) -> dict[str, Any]:
         """The fields a resumed run must share with the run it continues."""
         d = dataclasses.asdict(self)
-        for k in ("minutes", "checkpoint", "checkpoint_every", "progress", "device"):
+        for k in ("minutes", "fit_minutes", "checkpoint", "checkpoint_every", "progress",
+                  "device"):
             d.pop(k)
         d["inputs"] = list(d["inputs"])
         return d
@@ -157,10 +161,41 @@ def make_batch(frames: Sequence[Frame], model_cfg: dict[str, Any], cfg: TrainCon
             torch.from_numpy(np.stack(ms)).to(dev), torch.from_numpy(np.stack(ps)).to(dev))
 
 
-def _lr_lambda(steps: int) -> Callable[[int], float]:
-    def f(s: int) -> float:
-        return 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(s, steps) / max(steps, 1)))
-    return f
+class Schedule:
+    """The cosine learning-rate schedule over ``steps`` (0.05 of the peak at its end).
+
+    With a minutes budget to fit, ``steps`` is re-planned after every step from the
+    speed measured over the last REPLAN_WINDOW steps (the first step, which pays the
+    warm-up, left out): a speed probed before training is off (its steps fill caches a
+    running trainer has filled; the machine's load changes), and a schedule cut off by
+    the clock ends at a high rate while one that ends early leaves budget unused.
+    Progress never goes back when the plan grows."""
+
+    REPLAN_WINDOW = 50
+
+    def __init__(self, steps: int, minutes: float | None = None) -> None:
+        self.steps, self.minutes = int(steps), minutes
+        self._progress = 0.0
+        self._marks: list[tuple[int, float]] = []
+
+    def factor(self, step: int) -> float:
+        p = max(self._progress, min(step, self.steps) / max(self.steps, 1))
+        self._progress = p
+        return 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * p))
+
+    def replan(self, step: int, elapsed: float) -> None:
+        """Fit the schedule to what is left of the budget at ``elapsed`` seconds."""
+        if self.minutes is None:
+            return
+        self._marks = [*self._marks[-self.REPLAN_WINDOW:], (step, elapsed)]
+        if len(self._marks) < 2:
+            return
+        (s0, e0), (s1, e1) = self._marks[0], self._marks[-1]
+        per_step = (e1 - e0) / max(s1 - s0, 1)
+        if per_step <= 0:
+            return
+        left = self.minutes * 60.0 - elapsed
+        self.steps = step + max(1, int(left / per_step))
 
 
 def save_checkpoint(path: str | os.PathLike, data: dict[str, Any]) -> Path:
@@ -260,7 +295,8 @@ def train(frames: Sequence[Frame], cfg: TrainConfig, *,
         init_from_model(net, cfg.init_from, fingerprint)
     net = net.to(cfg.device)
     opt = torch.optim.AdamW(net.param_groups(cfg.lr_texture, cfg.lr_net))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg.steps))
+    plan = Schedule(cfg.steps, cfg.minutes if cfg.fit_minutes else None)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, plan.factor)
     step, losses, elapsed, curve = 0, [], 0.0, []
     scored_at = [0.0]  # unrounded seconds of the last curve point: the curve rounds minutes
     if state:
@@ -269,6 +305,7 @@ def train(frames: Sequence[Frame], cfg: TrainConfig, *,
         sched.load_state_dict(state["sched"])
         step, losses, elapsed = state["step"], list(state["losses"]), float(state["elapsed_s"])
         curve = list(state.get("curve", []))
+        plan.steps = int(state.get("plan_steps", plan.steps))
         scored_at[0] = curve[-1][0] * 60.0 if curve else 0.0
 
     def checkpoint() -> None:
@@ -276,7 +313,8 @@ def train(frames: Sequence[Frame], cfg: TrainConfig, *,
             save_checkpoint(ckpt, {"step": step, "model": net.state_dict(),
                                    "opt": opt.state_dict(), "sched": sched.state_dict(),
                                    "model_cfg": mcfg, "train_cfg": cfg.fixed(),
-                                   "losses": losses, "elapsed_s": elapsed, "curve": curve})
+                                   "losses": losses, "elapsed_s": elapsed, "curve": curve,
+                                   "plan_steps": plan.steps})
 
     def score_held_out() -> float:
         """One point of the curve; returns the seconds it took (off the clock)."""
@@ -297,11 +335,11 @@ def train(frames: Sequence[Frame], cfg: TrainConfig, *,
     if held_out and not curve:
         t0 += score_held_out()
     interrupted = False
-    bar = tqdm(total=cfg.steps, initial=step, disable=not cfg.progress, desc="skin",
+    bar = tqdm(total=plan.steps, initial=step, disable=not cfg.progress, desc="skin",
                unit="step", dynamic_ncols=True)
     net.train()
     with _SigintFlag() as sigint, bar:
-        while step < cfg.steps:
+        while step < plan.steps:
             x, y, m, parts = make_batch(frames, mcfg, cfg, step, previous, cache)
             if diffusion:
                 pred = _diffusion_forward(net, x, y, cfg.seed, step)
@@ -310,7 +348,7 @@ def train(frames: Sequence[Frame], cfg: TrainConfig, *,
             loss = reconstruction_loss(pred, y, m, parts, cfg.ssim_weight, cfg.group_weights)
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            if step < cfg.texture_from * cfg.steps:
+            if step < cfg.texture_from * plan.steps:
                 for p in textures:  # no gradient: AdamW leaves the parameter as it is
                     p.grad = None
             opt.step()
@@ -318,6 +356,9 @@ def train(frames: Sequence[Frame], cfg: TrainConfig, *,
             step += 1
             losses.append(loss.item())
             elapsed = time.monotonic() - t0
+            plan.replan(step, elapsed)
+            if bar.total != plan.steps:
+                bar.total = plan.steps
             bar.update(1)
             bar.set_postfix(loss=f"{losses[-1]:.4f}")
             if on_step is not None:
@@ -336,7 +377,7 @@ def train(frames: Sequence[Frame], cfg: TrainConfig, *,
     checkpoint()
     if interrupted and ckpt is not None:
         print(f"interrupted at step {step}: checkpoint {ckpt}; --resume continues")
-    report = {"steps": step, "steps_planned": cfg.steps, "elapsed_s": round(elapsed, 2),
+    report = {"steps": step, "steps_planned": plan.steps, "elapsed_s": round(elapsed, 2),
               "s_per_step": round(elapsed / max(step, 1), 4), "loss_first": losses[:1],
               "loss_last_100": float(np.mean(losses[-100:])) if losses else None,
               "losses_every_10": losses[::10], "train_config": cfg.fixed(),
@@ -618,8 +659,10 @@ def main(argv: list[str] | None = None) -> int:
         prev = previous_frames(a.frames, len(frames)) if a.temporal else None
         if a.steps is None and a.minutes and not (a.resume and Path(ckpt).is_file()):
             cfg = dataclasses.replace(cfg, steps=calibrate_steps(frames, cfg, a.minutes,
-                                                                 previous=prev))
-            print(f"skin: {cfg.steps} steps fit {a.minutes:g} minutes here")
+                                                                 previous=prev),
+                                      fit_minutes=True)
+            print(f"skin: about {cfg.steps} steps fit {a.minutes:g} minutes here (re-planned "
+                  "from the measured speed as it trains)")
         res = train(frames, cfg, previous=prev, resume=a.resume, fingerprint=fingerprint,
                     held_out=test or None)
     except (TrainError, OSError, ValueError) as e:

@@ -137,3 +137,31 @@ def test_ctrl_c_stops_without_scoring_the_held_out_set_again(tmp_path) -> None:
     assert part.interrupted and [c[1] for c in part.report["curve"]] == [0]
     done = T.train(frames, cfg, resume=True, held_out=held_out, curve_every_s=1e9)
     assert [c[1] for c in done.report["curve"]] == [0, 10]
+
+
+@pytest.mark.parametrize("probed, fits", [(100, 200), (400, 200)])
+def test_a_minutes_budget_trains_to_its_end_when_the_probe_misjudged_the_speed(
+        probed: int, fits: int) -> None:
+    """A probe before training guesses the speed; the schedule follows the measured one,
+    so the run neither stops early (budget unused) nor is cut off at a high rate."""
+    plan = T.Schedule(probed, minutes=1.0)
+    step, elapsed, per_step = 0, 0.0, 60.0 / fits
+    while step < plan.steps:
+        step += 1
+        elapsed = per_step * step + (2.0 if step > 1 else 0.0)  # a slow first step
+        plan.replan(step, elapsed)
+        factor = plan.factor(step)
+        if elapsed >= 60.0:
+            break
+    assert elapsed == pytest.approx(60.0, abs=2 * per_step)
+    assert factor < 0.06  # the cosine ended with the budget
+
+
+def test_train_fits_its_schedule_to_the_minutes_budget(monkeypatch) -> None:
+    frames = S.dataset(8, 32, seed=3)
+    monkeypatch.setattr(T.time, "monotonic", _TickingClock())
+    cfg = X.tiny_config(steps=4, crop=16, batch=4, minutes=0.004, fit_minutes=True)
+    res = T.train(frames, cfg)
+    monkeypatch.undo()
+    assert res.report["steps"] > 8
+    assert res.report["elapsed_s"] >= 0.004 * 60 * 0.9
