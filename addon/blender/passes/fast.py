@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 import numpy as np
 
 from ...core.passes import jit
+from ...core.passes.camera import Camera
 from ...core.passes.raster import Fragments, motion_vectors_many, rasterize
 from .geometry import (
     MAX_LIGHTS,
@@ -99,68 +102,221 @@ def shadow_resolution(cam) -> int:
     return int(np.clip(2 * max(cam.width, cam.height), 256, 2048))
 
 
+#: Passes averaged over the pixel as Cycles' film averages a render (the skin model
+#: multiplies them into its painting, so they must agree with the render where a pixel
+#: holds a silhouette, a rim highlight or a shadow's edge): sub-pixel samples on a
+#: FILM_SAMPLES² grid per pixel, weighted by Cycles' pixel filter (Blackman-Harris,
+#: ±1.5 px) over the surface they hit (the film's colour where the surface covers part
+#: of the window).
+FILM_FILTERED = frozenset({"albedo", "irradiance", "specular"})
+FILM_SAMPLES = 2
+
+
+@dataclass
+class _Surface:
+    """The surface at each covered pixel of one raster."""
+
+    cam: Camera
+    frag: Fragments
+    t: np.ndarray  # (N,) triangle ids
+    b: np.ndarray  # (N, 3, 1) barycentrics
+    p: np.ndarray  # (N, 3) world points
+    view: np.ndarray  # (N, 3) unit, surface -> camera
+    ng: np.ndarray  # (N, 3) the triangle's unit normal on the side the camera sees
+    pix: np.ndarray  # (N,) flat index of each sample's pixel in the raster
+
+
+def _surface(geo: ShotGeometry, g: FrameGeometry, cam: Camera, frag: Fragments) -> _Surface:
+    m = frag.mask
+    t = frag.tri[m]
+    b = frag.bary[m].astype(np.float64)[:, :, None]
+    corners = g.positions[geo.tris[t]]  # (N, 3, 3) world
+    p = (b * corners).sum(axis=1)
+    if cam.ortho:
+        view = np.broadcast_to(cam.world[:3, 2] / np.linalg.norm(cam.world[:3, 2]), p.shape)
+    else:
+        view = cam.world[:3, 3] - p
+        view = view / np.maximum(np.linalg.norm(view, axis=1), 1e-12)[:, None]
+    ng = np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0])
+    ng /= np.maximum(np.linalg.norm(ng, axis=1), 1e-30)[:, None]
+    ng *= np.where(np.einsum("ij,ij->i", ng, view) < 0, -1.0, 1.0)[:, None]
+    return _Surface(cam, frag, t, b, p, view, ng, np.flatnonzero(m))
+
+
+def _subpixel_surface(geo: ShotGeometry, g: FrameGeometry, n: int) -> _Surface:
+    """The frame rasterised at ``n`` times its resolution: pixel (i, j) of the frame
+    holds the samples (n i + a, n j + b), a, b < n, centred on it."""
+    cam = g.camera
+    fine = replace(cam, width=cam.width * n, height=cam.height * n, fx=cam.fx * n,
+                   fy=cam.fy * n, cx=cam.cx * n, cy=cam.cy * n)
+    frag = rasterize_culled(fine.to_camera(g.positions), geo.tris, geo.cullable, fine)
+    return _surface(geo, g, fine, frag)
+
+
+def _edge_pixels(mask: np.ndarray, sub: _Surface, tri_source: np.ndarray) -> np.ndarray:
+    """(H, W): covered pixels holding or bordering a change of surface among the
+    sub-pixel samples: a silhouette, a step in depth (one part in front of another) or a
+    change of material. Elsewhere the centre's footprint-filtered albedo already is what
+    the film holds, so only near these do the samples count (the albedo is the costly
+    pass)."""
+    h, w = mask.shape
+    n = sub.cam.width // w
+    tri = sub.frag.tri
+    covered = tri >= 0
+    depth = np.where(covered, sub.frag.depth, 0.0)
+    src = np.where(covered, tri_source[np.maximum(tri, 0)], -1)
+    flag = np.zeros_like(covered)
+    for axis in (0, 1):
+        a = [slice(None)] * 2
+        b = [slice(None)] * 2
+        a[axis], b[axis] = slice(None, -1), slice(1, None)
+        a, b = tuple(a), tuple(b)
+        both = covered[a] & covered[b]
+        da, db = depth[a], depth[b]
+        step = both & (np.abs(da - db) > 0.02 * np.minimum(da, db))
+        change = (covered[a] != covered[b]) | step | (both & (src[a] != src[b]))
+        flag[a] |= change
+        flag[b] |= change
+    return mask & flag.reshape(h, n, w, n).any(axis=(1, 3))
+
+
+def _only(s: _Surface, pixels: np.ndarray) -> _Surface:
+    """``s`` with only the samples of ``pixels`` (H, W) kept."""
+    h, w = pixels.shape
+    n = s.cam.width // w
+    fine = np.repeat(np.repeat(pixels, n, axis=0), n, axis=1)
+    keep = fine[s.frag.mask]
+    frag = replace(s.frag, tri=np.where(fine, s.frag.tri, -1).astype(np.int32))
+    return _Surface(s.cam, frag, s.t[keep], s.b[keep], s.p[keep], s.view[keep], s.ng[keep],
+                    s.pix[keep])
+
+
+def film_kernel(n: int) -> np.ndarray:
+    """(3 n,) weights of the sub-pixel rows (or columns) of a pixel and its two
+    neighbours, at offsets (k + 1/2) / n - 3/2 px: Cycles' pixel filter (separable)."""
+    from ...core.passes.albedo import FILTER_WINDOW, blackman_harris
+
+    offset = (np.arange(3 * n) + 0.5) / n - 1.5
+    return blackman_harris(np.clip(offset / FILTER_WINDOW + 0.5, 0.0, 1.0))
+
+
+def _film(mask: np.ndarray, values: np.ndarray, sub: _Surface | None,
+          sub_values: np.ndarray | None, pixels: np.ndarray | None = None) -> np.ndarray:
+    """(H, W, C): ``values`` (the pixel centres') filtered as Cycles' film filters:
+    the sub-pixel samples ``sub_values`` of ``sub`` within the filter's window, weighted
+    and averaged over those that hit the surface. Only ``pixels`` (default: every
+    covered pixel) are filtered, the rest keep their centre's value; ``sub`` must
+    then hold every sample within a pixel of them."""
+    img = _scatter(mask, values)
+    if sub is None:
+        return img
+    h, w = mask.shape
+    n = sub.cam.width // w
+    k = film_kernel(n)
+    # Premultiplied by coverage, one separable pass per axis with a stride of n: each
+    # pixel gathers the 3n rows and columns of samples of itself and its neighbours.
+    c = sub_values.shape[1]
+    fine = np.zeros((h * n + 2 * n, w * n + 2 * n, c + 1), np.float32)
+    rows, cols = sub.pix // sub.cam.width + n, sub.pix % sub.cam.width + n
+    fine[rows, cols, :c] = sub_values
+    fine[rows, cols, c] = 1.0
+    ys = sum(k[t] * fine[t:t + h * n:n] for t in range(3 * n))  # (h, W n + 2n, c + 1)
+    acc = sum(k[t] * ys[:, t:t + w * n:n] for t in range(3 * n))  # (h, w, c + 1)
+    use = mask & (acc[..., c] > 0)
+    if pixels is not None:
+        use &= pixels
+    img[use] = acc[use][:, :c] / acc[use][:, c:]
+    return img
+
+
+def _dilate(pixels: np.ndarray) -> np.ndarray:
+    """``pixels`` grown by one pixel (3x3)."""
+    out = pixels.copy()
+    out[1:] |= pixels[:-1]
+    out[:-1] |= pixels[1:]
+    grown = out.copy()
+    grown[:, 1:] |= out[:, :-1]
+    grown[:, :-1] |= out[:, 1:]
+    return grown
+
+
+def _albedo(geo: ShotGeometry, g: FrameGeometry, s: _Surface, one_tap: bool = False
+            ) -> np.ndarray:
+    from ...core.passes.albedo import albedo, uv_gradients
+
+    surf = geo.albedo_surface()
+    uvs = {k: (s.b * v[s.t]).sum(axis=1) for k, v in surf.corner_uvs.items()}
+    cam_corners = s.cam.to_camera(g.positions[geo.tris[s.t]])
+    grads = {k: uv_gradients(s.cam.project, cam_corners, s.b[:, :, 0], v[s.t])
+             for k, v in surf.corner_uvs.items()}
+    return albedo(surf.sources, surf.tri_source[s.t], uvs, grads, one_tap)
+
+
 def _canonical_passes(geo: ShotGeometry, g: FrameGeometry, frag: Fragments,
                       want: set[str]) -> dict[str, np.ndarray]:
     """rest_position, uv, albedo, view_dir, light_visibility, irradiance and specular from
-    the frame's fragments."""
+    the frame's fragments (albedo, irradiance and specular averaged over the pixel:
+    :data:`FILM_FILTERED`)."""
     from ...core.passes.irradiance import irradiance, specular
     from ...core.passes.shadow import light_visibility
 
     out: dict[str, np.ndarray] = {}
-    cam, m = g.camera, frag.mask
-    t = frag.tri[m]
-    b = frag.bary[m].astype(np.float64)[:, :, None]
-    vid = geo.tris[t]
+    m = frag.mask
+    s1 = _surface(geo, g, g.camera, frag)
     if want & {"rest_position", "uv"}:
         surf = geo.surface_attributes()
+        vid = geo.tris[s1.t]
         if "rest_position" in want:
-            out["rest_position"] = _scatter(m, (b * surf.rest_positions[vid]).sum(axis=1))
+            out["rest_position"] = _scatter(m, (s1.b * surf.rest_positions[vid]).sum(axis=1))
         if "uv" in want:
-            uv = (b * surf.corner_uvs[t]).sum(axis=1)
-            has = surf.has_uv[t]
+            uv = (s1.b * surf.corner_uvs[s1.t]).sum(axis=1)
+            has = surf.has_uv[s1.t]
             out["uv"] = _scatter(m, np.concatenate([uv * has[:, None], has[:, None]], axis=1))
+    sub = (_subpixel_surface(geo, g, FILM_SAMPLES)
+           if FILM_SAMPLES > 1 and want & FILM_FILTERED else None)
     if "albedo" in want:
-        from ...core.passes.albedo import albedo, uv_gradients
-
-        surf = geo.albedo_surface()
-        uvs = {k: (b * v[t]).sum(axis=1) for k, v in surf.corner_uvs.items()}
-        cam_corners = cam.to_camera(g.positions[vid])
-        grads = {k: uv_gradients(cam.project, cam_corners, b[:, :, 0], v[t])
-                 for k, v in surf.corner_uvs.items()}
-        out["albedo"] = _scatter(m, albedo(surf.sources, surf.tri_source[t], uvs, grads))
-    if not want & {"view_dir", "light_visibility", "irradiance", "specular"}:
-        return out
-    corners = g.positions[vid]  # (N, 3, 3) world
-    p = (b * corners).sum(axis=1)
-    eye = cam.world[:3, 3]
-    if cam.ortho:
-        view = np.broadcast_to(cam.world[:3, 2] / np.linalg.norm(cam.world[:3, 2]), p.shape)
-    else:
-        view = eye - p
-        view = view / np.maximum(np.linalg.norm(view, axis=1), 1e-12)[:, None]
+        # The texture is footprint-filtered at each pixel already; only where the
+        # window spans more than one surface do the samples (the costly reads) count.
+        edges = None if sub is None else _dilate(
+            _edge_pixels(m, sub, geo.albedo_surface().tri_source))
+        near = None if edges is None else _only(sub, _dilate(edges))
+        out["albedo"] = _film(m, _albedo(geo, g, s1), near,
+                              None if near is None else _albedo(geo, g, near, one_tap=True),
+                              edges)
     if "view_dir" in want:
-        out["view_dir"] = _scatter(m, view)
-    if want & {"light_visibility", "irradiance", "specular"}:
-        # The triangle's own normal, turned to the side the camera sees.
-        ng = np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0])
-        ng /= np.maximum(np.linalg.norm(ng, axis=1), 1e-30)[:, None]
-        ng *= np.where(np.einsum("ij,ij->i", ng, view) < 0, -1.0, 1.0)[:, None]
-        lights = [li.emission() for li in g.lights]
-        vis = np.zeros((len(p), MAX_LIGHTS), np.float32)
-        vis[:, :len(lights)] = light_visibility(p, ng, g.positions, geo.tris, lights,
-                                                shadow_resolution(cam))
-        if "light_visibility" in want:
-            out["light_visibility"] = _scatter(m, vis)
-        if want & {"irradiance", "specular"}:
-            ns = np.einsum("nk,nkc->nc", b[:, :, 0], g.corner_normals[t])
-            ns /= np.maximum(np.linalg.norm(ns, axis=1), 1e-12)[:, None]
-            if "irradiance" in want:
-                out["irradiance"] = _scatter(m, irradiance(p, ns, vis, lights))
-            if "specular" in want:
-                out["specular"] = _scatter(m, specular(p, ns, view, vis, lights))
+        out["view_dir"] = _scatter(m, s1.view)
+    if not want & {"light_visibility", "irradiance", "specular"}:
+        return out
+    lights = [li.emission() for li in g.lights]
+    shading = want & {"irradiance", "specular"}
+    rasters = [s1] + ([sub] if sub is not None and shading else [])
+    # One call over every sample: each light's shadow map is drawn once.
+    vis_all = np.zeros((sum(len(s.p) for s in rasters), MAX_LIGHTS), np.float32)
+    vis_all[:, :len(lights)] = light_visibility(
+        np.concatenate([s.p for s in rasters]), np.concatenate([s.ng for s in rasters]),
+        g.positions, geo.tris, lights, shadow_resolution(g.camera))
+    vis = np.split(vis_all, [len(s1.p)])
+    if "light_visibility" in want:
+        out["light_visibility"] = _scatter(m, vis[0])
+    if not shading:
+        return out
+
+    def shade(s: _Surface, v: np.ndarray) -> dict[str, np.ndarray]:
+        ns = np.einsum("nk,nkc->nc", s.b[:, :, 0], g.corner_normals[s.t])
+        ns /= np.maximum(np.linalg.norm(ns, axis=1), 1e-12)[:, None]
+        res = {}
+        if "irradiance" in want:
+            res["irradiance"] = irradiance(s.p, ns, v, lights)
+        if "specular" in want:
+            res["specular"] = specular(s.p, ns, s.view, v, lights)
+        return res
+
+    centre = shade(s1, vis[0])
+    fine = shade(sub, vis[1]) if len(rasters) > 1 else None
+    for name, values in centre.items():
+        out[name] = _film(m, values, None if fine is None else sub,
+                          None if fine is None else fine[name])
     return out
-
-
 
 
 def box_of(rest: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

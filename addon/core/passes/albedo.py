@@ -152,14 +152,16 @@ def uv_gradients(project, corners: np.ndarray, bary: np.ndarray, corner_uvs: np.
     return grad
 
 
-#: The training target's pixel filter: Cycles' default, a Blackman-Harris window
-#: 1.5 pixels wide.
+#: The training target's pixel filter: Cycles' default Blackman-Harris of filter width
+#: 1.5 px, whose window Cycles doubles (``filter_table`` in its ``scene/film.cpp``):
+#: 3 px across, ±1.5 px about the pixel's centre (a standard deviation of 0.42 px).
 FILTER_WIDTH = 1.5
+FILTER_WINDOW = 2.0 * FILTER_WIDTH
 #: Taps per axis across that window.
 FILTER_TAPS = 4
 
 
-def _blackman_harris(x: np.ndarray) -> np.ndarray:
+def blackman_harris(x: np.ndarray) -> np.ndarray:
     """The Blackman-Harris window at ``x`` in [0, 1]."""
     a = (0.35875, 0.48829, 0.14128, 0.01168)
     t = 2 * np.pi * x
@@ -189,9 +191,9 @@ MAX_ANISOTROPY = 8
 
 def _window(n: int) -> tuple[np.ndarray, np.ndarray]:
     """``n`` tap offsets (pixels) across the filter window and their weights."""
-    step = FILTER_WIDTH / n
-    offsets = (np.arange(n) + 0.5) * step - FILTER_WIDTH / 2
-    return offsets, _blackman_harris((offsets + FILTER_WIDTH / 2) / FILTER_WIDTH)
+    step = FILTER_WINDOW / n
+    offsets = (np.arange(n) + 0.5) * step - FILTER_WINDOW / 2
+    return offsets, blackman_harris((offsets + FILTER_WINDOW / 2) / FILTER_WINDOW)
 
 
 def sample_footprint(src: AlbedoSource, uv: np.ndarray, grad: np.ndarray | None
@@ -231,7 +233,7 @@ def sample_footprint(src: AlbedoSource, uv: np.ndarray, grad: np.ndarray | None
     for a in np.unique(bucket):
         sel = bucket == a
         n_major, n_minor = FILTER_TAPS * int(a), FILTER_TAPS
-        step = FILTER_WIDTH / n_minor
+        step = FILTER_WINDOW / n_minor
         level = np.log2(np.maximum(step * np.maximum(minor[sel], major[sel] / a), 1e-12))
         level = np.where(finite[sel], level, len(mips) - 1.0)
         gp, qs = g[sel], q[sel]
@@ -250,15 +252,34 @@ def sample_footprint(src: AlbedoSource, uv: np.ndarray, grad: np.ndarray | None
     return out
 
 
+def sample_mip(src: AlbedoSource, uv: np.ndarray, grad: np.ndarray) -> np.ndarray:
+    """(N, C): one trilinear read at the mip level of the pixel's own footprint (a
+    GPU's isotropic texture read): for the film's sub-pixel samples, which the pixel
+    filter then weighs together, so each needs only its share of the texture."""
+    point = sample_nearest if src.interpolation == "Closest" else sample_bilinear
+    out = point(src.image, uv, src.extension)
+    if not len(uv):
+        return out
+    texels = footprint_texels(grad, src.image.shape)
+    minified = ~(texels <= 1.0)
+    if minified.any():
+        level = np.log2(np.where(np.isfinite(texels[minified]), texels[minified], 1e30))
+        out[minified] = _trilinear(src.mips(), uv[minified], level, src.extension)
+    return out
+
+
 def albedo(sources: list[AlbedoSource], source_of: np.ndarray,
            uvs: dict[str | None, np.ndarray],
-           uv_grads: dict[str | None, np.ndarray] | None = None) -> np.ndarray:
+           uv_grads: dict[str | None, np.ndarray] | None = None,
+           one_tap: bool = False) -> np.ndarray:
     """(N, 3) linear base colour of N surface points.
 
     ``source_of``: (N,) index into ``sources`` per point; ``uvs``: per UV-map name (None:
     the render UV map), (N, 2) coordinates of every point (0 where its mesh lacks it);
     ``uv_grads``: the same maps' (N, 2, 2) derivatives per pixel step (see
-    :func:`footprint_texels`), for a footprint-filtered read; None reads at the point."""
+    :func:`footprint_texels`), for a footprint-filtered read; None reads at the point.
+    ``one_tap``: one mip read per point instead of the filter's window
+    (:func:`sample_mip`; needs ``uv_grads``)."""
     out = np.empty((len(source_of), 3), np.float32)
     for i, src in enumerate(sources):
         sel = source_of == i
@@ -270,6 +291,9 @@ def albedo(sources: list[AlbedoSource], source_of: np.ndarray,
             continue
         name = src.uv_map if src.uv_map in uvs else None
         grad = None if uv_grads is None else uv_grads.get(name)
-        out[sel] = sample_footprint(src, uvs[name][sel],
-                                    None if grad is None else grad[sel])[:, :3] * col
+        if one_tap and grad is not None:
+            read = sample_mip(src, uvs[name][sel], grad[sel])
+        else:
+            read = sample_footprint(src, uvs[name][sel], None if grad is None else grad[sel])
+        out[sel] = read[:, :3] * col
     return out

@@ -92,7 +92,13 @@ def test_irradiance_is_zero_in_shadow_and_off_the_character(bpy_clean):
     m = a["mask"] > 0
     assert np.all(a["irradiance"][~m] == 0)
     shadow = m & (a["light_visibility"][..., 0] < 0.5)
-    assert shadow.any() and np.all(a["irradiance"][shadow] == 0)
+    # Inside the shadow (away from its edge, which the pixel filter's window blends with
+    # the lit side) no light is left.
+    inner = shadow.copy()
+    for dy in (-2, -1, 0, 1, 2):
+        for dx in (-2, -1, 0, 1, 2):
+            inner &= np.roll(shadow, (dy, dx), axis=(0, 1))
+    assert inner.any() and np.all(a["irradiance"][inner] == 0)
     lit = m & (a["light_visibility"][..., 0] > 0.5)
     # The floor faces up: a sun of 2 at angle theta gives 2 / pi * cos(theta) there.
     sun_dir = np.array(sun.matrix_world)[:3, 2]
@@ -100,6 +106,49 @@ def test_irradiance_is_zero_in_shadow_and_off_the_character(bpy_clean):
     floor = lit & (np.abs(a["irradiance"][..., 0] - expect[0]) < 1e-3)
     assert floor.mean() > 0.3
     np.testing.assert_allclose(a["irradiance"][floor][0], expect, rtol=1e-3)
+
+
+def _edges(a: dict) -> np.ndarray:
+    """Covered pixels beside a depth step or a shadow's edge (3x3 neighbourhood)."""
+    m = a["mask"] > 0
+    d = np.where(m, a["depth"], 0.0)
+    lit = a["light_visibility"][..., 0] > 0.5
+    edge = np.zeros_like(m)
+    for dy in (-1, 0, 1):
+        for dx in (-1, 0, 1):
+            edge |= (np.abs(np.roll(d, (dy, dx), axis=(0, 1)) - d) > 0.05) \
+                | (np.roll(lit, (dy, dx), axis=(0, 1)) != lit)
+    edge[[0, -1], :] = edge[:, [0, -1]] = False
+    return m & edge
+
+
+def test_irradiance_at_shadow_edges_and_silhouettes_is_the_light_over_the_pixel(
+        bpy_clean, tmp_path, monkeypatch):
+    """Cycles' film averages the light over each pixel, so where a shadow's edge or the
+    box's outline crosses a pixel its Diffuse Direct is a blend; the pass is too (the
+    skin model multiplies it into the painting), nearer Cycles there than the light at
+    the pixel's centre."""
+    from painted_skin.addon.blender.passes import fast
+
+    bpy = bpy_clean
+    _, lamp = _lit_scene(bpy)
+    lamp.hide_render = True
+    passes = ("depth", "mask", "light_visibility", "irradiance")
+    filtered = run_engines(bpy.context.scene, [1], (96, 96), passes=passes,
+                           engines=("fast",))["fast"][1][1]
+    monkeypatch.setattr(fast, "FILM_SAMPLES", 1)
+    centre = run_engines(bpy.context.scene, [1], (96, 96), passes=passes,
+                         engines=("fast",))["fast"][1][1]
+    ref = _cycles_diffuse_direct(bpy, tmp_path, 96)
+    edge = _edges(centre)
+    assert edge.sum() > 100
+    err_f = np.abs(filtered["irradiance"] - ref)[edge].mean()
+    err_c = np.abs(centre["irradiance"] - ref)[edge].mean()
+    assert err_f < 0.75 * err_c, (err_f, err_c)
+    # Away from the edges, the two agree: the filter changes only what the pixel mixes.
+    inner = (centre["mask"] > 0) & ~edge
+    np.testing.assert_allclose(filtered["irradiance"][inner].mean(0),
+                               centre["irradiance"][inner].mean(0), rtol=0.02)
 
 
 def _glossy_sphere(bpy):
