@@ -92,16 +92,22 @@ CONVENTIONS = {
                   "surface (Cycles' Diffuse Direct pass: a sun of strength S gives S/pi at "
                   "normal incidence, a point light of P watts P/(4 pi^2 d^2)), times each "
                   "light's colour and light_visibility; 0 where empty. World light and "
-                  "bounces are not in it",
+                  "bounces are not in it. Fast engine: filtered over the pixel as Cycles' "
+                  "film filters (Blackman-Harris over +-1.5 px, 2x2 samples a pixel, the "
+                  "covered ones): shadow edges and outlines blend as in the render; "
+                  "cycles engine: at the pixel's centre",
     "specular": "EXR float32 R,G,B linear: the lights' direct light reflected toward the "
                 "camera by a reference glossy dielectric (GGX, roughness 0.6, F0 0.04: a "
                 "black Principled BSDF), times each light's colour and light_visibility; 0 "
-                "where empty. Highlights and the Fresnel rim of a light from behind",
+                "where empty. Highlights and the Fresnel rim of a light from behind. "
+                "Filtered over the pixel as irradiance is",
     "albedo": "EXR float32 R,G,B linear: the surface's base colour as its material "
               "gives it (Principled BSDF Base Color times 1 - Metallic: Cycles' Diffuse "
               "Color pass), image textures read at their UV map; 0 where empty. Fast "
-              "engine: constants, RGB nodes and Image Textures, averaged over the pixel "
-              "(Cycles' 1.5 px Blackman-Harris filter) where a pixel covers many texels; "
+              "engine: constants, RGB nodes and Image Textures, averaged over the "
+              "pixel filter's window (Cycles' Blackman-Harris of width 1.5, +-1.5 px) "
+              "where a pixel covers many texels, and across outlines and material "
+              "edges as irradiance is; "
               "other node trees give the material's viewport colour (the manifest's "
               "warnings name them)",
     "lights": "per light: name, type (SUN, POINT, SPOT, AREA), world position, world "
