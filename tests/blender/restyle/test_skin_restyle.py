@@ -70,7 +70,7 @@ def test_skin_pipeline_paints_the_shot_exactly_as_the_model(bpy_clean, shot, ski
 def test_the_network_paints_the_characters_box_as_it_paints_the_whole_frame(
         bpy_clean, shot, model_dir):
     """The model runs on the character's box (a third of the time at the demo's
-    framing): its pixels match the network over the whole frame (≤ 2/255, ≥ 50 dB), a previous
+    framing): its pixels match the network over the whole frame (≤ 2/255, ≥ 60 dB), a previous
     frame is cut with the passes, and a frame without the character is the film's black."""
     from painted_skin.addon.blender.restyle.loop import shot_frames, wire_passes
     from painted_skin.backend.skin import features
@@ -102,7 +102,8 @@ def test_the_network_paints_the_characters_box_as_it_paints_the_whole_frame(
 def _close(cut: np.ndarray, whole: np.ndarray) -> None:
     d = cut.astype(float) - whole.astype(float)
     assert np.abs(d).max() <= 2
-    assert 10 * np.log10(255 ** 2 / max(np.mean(d ** 2), 1e-12)) >= 50
+    # The box lies on the network's pooling grid: the same sums as over the frame.
+    assert 10 * np.log10(255 ** 2 / max(np.mean(d ** 2), 1e-12)) >= 60
 
 
 def _box_mask(box, shape):
