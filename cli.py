@@ -54,7 +54,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return bench_skin(model=args.model, frames=args.frames, size=args.size,
                           cameras=args.cameras.split(",") if args.cameras else None,
                           lights=args.lights.split(",") if args.lights else None,
-                          character=args.character)
+                          character=args.character, blend=args.stabilize)
     if args.what == "look":
         from .bench.look import main as bench_look
 
@@ -306,6 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     "scene,turned)")
     b.add_argument("--character", help="skin: the character file the --model was trained on "
                                        "(default: the demo)")
+    b.add_argument("--stabilize", type=float,
+                   help="skin: the serving blend with the previous output (default 0.5, "
+                        "as restyle; 0: off)")
     b.add_argument("--looks", help="look: the looks, comma-separated (default: "
                                    "ill,toon,hatched)")
     b.add_argument("--key-counts", dest="keys_per_look",

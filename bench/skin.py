@@ -45,7 +45,7 @@ from ..addon.blender.passes.render import PassOptions, iter_frames
 from ..addon.blender.retarget.api import retarget_clip
 from ..addon.blender.skin import dataset as D
 from ..backend.evaluate import metrics
-from ..backend.skin import features, runtime
+from ..backend.skin import features, runtime, stabilize
 from ..backend.skin.baselines import PartMean, UVLookup
 
 REPO = Path(__file__).resolve().parents[1]
@@ -217,8 +217,9 @@ def score(frames: list[int], passes: dict[int, dict], refs: dict[int, np.ndarray
 
 def run_shot(name: str, scene: bpy.types.Scene, frames: list[int], size: int, samples: int,
              skin: runtime.SkinModel, baselines: dict[str, PartMean | UVLookup],
-             tmp: Path) -> ShotResult:
-    """Passes, Cycles (timed), the model (timed) and the baselines on one shot; scored."""
+             tmp: Path, blend: float = stabilize.DEFAULT_STRENGTH) -> ShotResult:
+    """Passes, Cycles (timed), the model (timed, serving blend ``blend``) and the
+    baselines on one shot; scored."""
     geo = ShotGeometry(scene, size, size)
     opts = PassOptions(frames=range(frames[0], frames[-1] + 1), width=size, height=size,
                        engine="fast", passes=D.PASSES)
@@ -246,7 +247,7 @@ def run_shot(name: str, scene: bpy.types.Scene, frames: list[int], size: int, sa
         if skin.temporal and prev_out is not None and prev_f == f - 1:
             prev = features.warp_previous_output(prev_out, p["motion"], p["depth"],
                                                  passes[prev_f]["depth"])
-        prev_out = skin.render(p, prev)
+        prev_out = skin.render(p, prev, stabilize_strength=blend)
         model_t.append(time.perf_counter() - t0)
         outs["model"][f], prev_f = prev_out, f
         for method, baseline in baselines.items():
@@ -373,11 +374,17 @@ def _character(character: str | None) -> bpy.types.Object:
 
 def main(model: str | None = None, frames: int | None = None, size: int | None = None,
          cameras: list[str] | None = None, lights: list[str] | None = None,
-         character: str | None = None) -> int:
+         character: str | None = None, blend: float | None = None) -> int:
     """Run the benchmark (see the module doc); returns 0. Bad input raises
     :class:`SkinBenchError` (a ValueError: the CLI's exit 2). ``character``: a
     character file the model was trained on (default: the demo); it has no camera of
-    its own, so its cells use the following cameras only."""
+    its own, so its cells use the following cameras only. ``blend``: the serving blend
+    with the previous output (``stabilize``; default restyle's), so its trade between
+    flicker and lag can be measured on the matrix."""
+    try:
+        blend = stabilize.check_strength(blend)
+    except stabilize.StabilizeError as e:
+        raise SkinBenchError(f"--{e}") from None
     info = model_info(Path(model) if model else DEFAULT_MODEL)
     frames = MATRIX_FRAMES if frames is None else int(frames)
     size = info.size if size is None else int(size)
@@ -426,7 +433,7 @@ def main(model: str | None = None, frames: int | None = None, size: int | None =
                         with _TurnedLights(scene, turn, centre):
                             cells.append(run_shot(f"{shot_name}/{cam_name}/{rig}", scene,
                                                   todo, size, info.samples, skin, baselines,
-                                                  tmp))
+                                                  tmp, blend))
                         print(f"bench skin: {cells[-1].name}: "
                               f"{cells[-1].rows['model']['psnr']:.2f} dB", file=sys.stderr,
                               flush=True)
@@ -434,8 +441,9 @@ def main(model: str | None = None, frames: int | None = None, size: int | None =
                     scene.camera = demo_camera
                     if cam is not demo_camera:
                         D.remove_camera(cam)
-    print(f"model: {info.folder} (onnxruntime CPU); Cycles at the training quality: "
-          f"{size}x{size}, {info.samples} samples + denoising; {os.cpu_count()} CPU(s)")
+    print(f"model: {info.folder} (onnxruntime CPU; serving blend {blend:g}); Cycles at the "
+          f"training quality: {size}x{size}, {info.samples} samples + denoising; "
+          f"{os.cpu_count()} CPU(s)")
     print(f"baselines fitted on {source}; UV lookup {UV_GRID}² grid, "
           f"{uv.coverage():.0%} of the seen parts' texels hit")
     for c in cells:

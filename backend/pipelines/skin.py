@@ -16,8 +16,9 @@ Options::
                          a look of a multi-look model folder (painted-skin learn-look
                          --look NAME), or a mix of looks by weight; default the base
     stabilize: 0..<1     with the temporal chain: how strongly each pixel keeps the
-                         previous output where the two nearly agree (default 0.5;
-                         0 or false: off) -- flicker removed without lag
+                         previous output where the two nearly agree (default 0: the
+                         network's own frames; true: 0.5) -- for a model that flickers;
+                         it lags the light on a turning body
                          (:mod:`painted_skin.backend.skin.stabilize`)
 
 A temporal model keeps the previous frame's output and depth in the session

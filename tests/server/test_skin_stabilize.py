@@ -26,7 +26,7 @@ def test_flicker_on_a_still_surface_is_damped() -> None:
     texture = rng.uniform(0.2, 0.8, (32, 32, 3)).astype(np.float32)
     painted = [texture + rng.normal(0, 0.02, texture.shape).astype(np.float32)
                for _ in range(20)]
-    steady = _chain(painted, S.DEFAULT_STRENGTH)
+    steady = _chain(painted, S.ON_STRENGTH)
     assert _flicker(steady) < 0.25 * _flicker(painted)
     # and the picture is the surface, closer to it than any single painted frame
     assert np.mean((steady[-1] - texture) ** 2) < np.mean((painted[-1] - texture) ** 2)
@@ -36,7 +36,7 @@ def test_a_real_change_passes_at_once_without_ghosting() -> None:
     before = np.full((16, 16, 3), 0.2, np.float32)
     after = before.copy()
     after[:, 8:] = 0.9  # a shadow leaves half the surface: a change far beyond flicker
-    out = _chain([before, before, after], S.DEFAULT_STRENGTH)
+    out = _chain([before, before, after], S.ON_STRENGTH)
     assert np.abs(out[-1][:, 8:] - 0.9).max() < 0.01
     np.testing.assert_allclose(out[-1][:, :8], 0.2, atol=1e-6)
 
@@ -59,6 +59,8 @@ def test_strengths_outside_zero_to_one_are_refused(value) -> None:
 
 
 def test_strength_vocabulary() -> None:
-    assert S.check_strength(None) == S.check_strength(True) == S.DEFAULT_STRENGTH
+    # unset: a temporal model's own frames; true: the blend at its usual strength
+    assert S.check_strength(None) == S.DEFAULT_STRENGTH == 0.0
+    assert S.check_strength(True) == S.ON_STRENGTH > 0.0
     assert S.check_strength(False) == 0.0 and S.check_strength(0) == 0.0
     assert S.check_strength(0.5) == 0.5

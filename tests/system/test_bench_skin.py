@@ -105,6 +105,13 @@ def test_bench_refuses_a_folder_that_is_not_a_model(tmp_path):
         main(model=str(tmp_path))
 
 
+def test_bench_refuses_a_serving_blend_outside_its_range(tmp_path):
+    from painted_skin.bench.skin import SkinBenchError, main
+
+    with pytest.raises(SkinBenchError, match=r"--stabilize 1\.5 must be a number in \[0, 1\)"):
+        main(model=str(tmp_path), blend=1.5)
+
+
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
     """A skin model trained here for seconds (64², 4 frames a clip, 4 samples): enough to

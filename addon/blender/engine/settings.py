@@ -37,9 +37,11 @@ class PS_EngineSettings(bpy.types.PropertyGroup):
                            description="In an animation render each frame continues the one "
                                        "before, warped by the motion vectors (steadier "
                                        "frames; a still or the viewport paints each fresh)")
-    stabilize: FloatProperty(name="Strength", default=0.5, min=0.0, max=0.99,
+    stabilize: FloatProperty(name="Blend", default=0.0, min=0.0, max=0.99,
                              description="How strongly a pixel keeps the previous frame where "
-                                         "the two nearly agree (0: off)")
+                                         "the two nearly agree, for a model that flickers "
+                                         "(0: the model's own frames, the default; more "
+                                         "lags the light on a turning body)")
     viewport_scale: FloatProperty(name="Viewport Resolution", default=0.25, min=0.05,
                                   max=1.0, subtype="FACTOR",
                                   description="The Rendered viewport paints at this share of "

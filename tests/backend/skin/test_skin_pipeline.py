@@ -89,11 +89,11 @@ def test_stabilize_is_checked_on_open_and_blends_the_chain(reg) -> None:
     shot = [p for p, _ in S.shot(4, 32, seed=8)]
     pipe = pipelines.create("skin", {"model": "hero-t"})
     steady, raw = {}, {}
-    a = [_run(pipe, p, k, steady) for k, p in enumerate(shot)]
-    b = [_run(pipe, p, k, raw, {"stabilize": 0}) for k, p in enumerate(shot)]
+    a = [_run(pipe, p, k, steady, {"stabilize": 0.5}) for k, p in enumerate(shot)]
+    b = [_run(pipe, p, k, raw) for k, p in enumerate(shot)]
     np.testing.assert_array_equal(a[0], b[0])  # a shot's first frame has nothing to keep
     assert any(not np.array_equal(x, y) for x, y in zip(a[1:], b[1:], strict=True))
-    # off: exactly the model's own chain
+    # unset (the default): exactly the model's own chain
     prev = None
     for k, p in enumerate(shot):
         if k:
