@@ -307,8 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--character", help="skin: the character file the --model was trained on "
                                        "(default: the demo)")
     b.add_argument("--stabilize", type=float,
-                   help="skin: the serving blend with the previous output (default 0.5, "
-                        "as restyle; 0: off)")
+                   help="skin: the serving blend with the previous output (default 0, "
+                        "as restyle: the network's own frames)")
     b.add_argument("--looks", help="look: the looks, comma-separated (default: "
                                    "ill,toon,hatched)")
     b.add_argument("--key-counts", dest="keys_per_look",

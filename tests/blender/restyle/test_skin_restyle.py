@@ -75,7 +75,7 @@ def test_the_network_paints_the_characters_box_as_it_paints_the_whole_frame(
     from painted_skin.addon.blender.restyle.loop import shot_frames, wire_passes
     from painted_skin.backend.skin import features
     from painted_skin.backend.skin.runtime import character_box, load_model
-    from painted_skin.backend.skin.stabilize import DEFAULT_STRENGTH
+    from painted_skin.backend.skin.stabilize import ON_STRENGTH
 
     bpy_clean.ops.wm.open_mainfile(filepath=str(shot))
     scene = bpy_clean.context.scene
@@ -85,15 +85,15 @@ def test_the_network_paints_the_characters_box_as_it_paints_the_whole_frame(
     box = character_box(on, model.multiple)
     assert box is not None and (box[1] - box[0]) * (box[3] - box[2]) < 0.8 * on.size
     assert all(v % model.multiple == 0 for v in (box[1] - box[0], box[3] - box[2]))
-    whole = model._paint(b, None, None, DEFAULT_STRENGTH)
+    whole = model._paint(b, None, None, ON_STRENGTH)
     cut = model.render(b)
     _close(cut[on], whole[on])
     assert not cut[~_box_mask(box, on.shape)].any()  # the film around the box is black
     if model.temporal:
         prev = features.warp_previous_output(model.render(a), b["motion"], b["depth"],
                                              a["depth"])
-        whole = model._paint(b, prev, None, DEFAULT_STRENGTH)
-        cut = model.render(b, prev)
+        whole = model._paint(b, prev, None, ON_STRENGTH)  # the blend cut with the box too
+        cut = model.render(b, prev, stabilize_strength=ON_STRENGTH)
         _close(cut[on], whole[on])
     empty = {k: (np.zeros_like(v) if k == "mask" else v) for k, v in b.items()}
     assert not model.render(empty).any()
