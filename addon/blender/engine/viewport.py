@@ -150,7 +150,10 @@ class ViewportJob:
             return None
         try:
             w, h = snap.size
-            arrays = fast_frame(self.geometry, snap.geometry, None, None, self.want)
+            # While the view moves, the passes' centre samples (half their cost); the
+            # still view's refinement filters them over the pixel, as renders are.
+            arrays = fast_frame(self.geometry, snap.geometry, None, None, self.want,
+                                film=snap.full)
             passes = wire_arrays(arrays, None, w, h)
             passes = {k: v for k, v in passes.items() if k in self.want or k not in WIRE_PASSES}
             if self.painter.client is None:  # a session to open, maybe a backend to start

@@ -41,8 +41,12 @@ def rasterize_culled(verts_cam: np.ndarray, tris: np.ndarray, cullable: np.ndarr
 
 
 def fast_frame(geo: ShotGeometry, g: FrameGeometry, prev: FrameGeometry | None,
-               nxt: FrameGeometry | None, want: set[str]) -> dict[str, np.ndarray]:
-    """All passes of one frame from the evaluated meshes (no renderer)."""
+               nxt: FrameGeometry | None, want: set[str], film: bool = True
+               ) -> dict[str, np.ndarray]:
+    """All passes of one frame from the evaluated meshes (no renderer). ``film`` False:
+    the :data:`FILM_FILTERED` passes take each pixel's centre sample alone, at about
+    half the canonical passes' cost (a moving viewport's preview; the refinement of a
+    still view and every render filter them)."""
     cam = g.camera
     verts_cam = cam.to_camera(g.positions)
     canonical = bool(want & set(CANONICAL_PASSES))
@@ -86,7 +90,7 @@ def fast_frame(geo: ShotGeometry, g: FrameGeometry, prev: FrameGeometry | None,
             mv[..., k:k + 2] = flow
         out["motion"] = mv
     if canonical:
-        out.update(_canonical_passes(geo, g, frag, want))
+        out.update(_canonical_passes(geo, g, frag, want, film))
     return out
 
 
@@ -253,10 +257,10 @@ def _albedo(geo: ShotGeometry, g: FrameGeometry, s: _Surface, one_tap: bool = Fa
 
 
 def _canonical_passes(geo: ShotGeometry, g: FrameGeometry, frag: Fragments,
-                      want: set[str]) -> dict[str, np.ndarray]:
+                      want: set[str], film: bool = True) -> dict[str, np.ndarray]:
     """rest_position, uv, albedo, view_dir, light_visibility, irradiance and specular from
     the frame's fragments (albedo, irradiance and specular averaged over the pixel:
-    :data:`FILM_FILTERED`)."""
+    :data:`FILM_FILTERED`; ``film`` False: at the pixel's centre)."""
     from ...core.passes.irradiance import irradiance, specular
     from ...core.passes.shadow import light_visibility
 
@@ -273,7 +277,7 @@ def _canonical_passes(geo: ShotGeometry, g: FrameGeometry, frag: Fragments,
             has = surf.has_uv[s1.t]
             out["uv"] = _scatter(m, np.concatenate([uv * has[:, None], has[:, None]], axis=1))
     sub = (_subpixel_surface(geo, g, FILM_SAMPLES)
-           if FILM_SAMPLES > 1 and want & FILM_FILTERED else None)
+           if film and FILM_SAMPLES > 1 and want & FILM_FILTERED else None)
     if "albedo" in want:
         # The texture is footprint-filtered at each pixel already; only where the
         # window spans more than one surface do the samples (the costly reads) count.

@@ -115,6 +115,46 @@ def test_the_worker_paints_while_the_caller_goes_on(bpy_clean, shot, skin_backen
     assert job._thread is None
 
 
+def test_a_moving_view_takes_the_passes_centre_samples_and_a_still_one_filters_them(
+        bpy_clean, shot, skin_backend, monkeypatch):
+    """Filtering the light passes over the pixel costs as much as the rest of the frame:
+    while the view moves the preview takes each pixel's centre sample, and the still
+    view's refinement (at the region's full size) the filtered passes a render has."""
+    from painted_skin.addon.blender.engine import viewport
+    from painted_skin.addon.blender.passes import fast
+    from painted_skin.addon.core.passes.camera import camera_from_matrices
+
+    bpy = bpy_clean
+    scene, job = _job(bpy, shot, skin_backend)
+    seen = []
+
+    def recorded(*args, **kwargs):
+        out = fast.fast_frame(*args, **kwargs)
+        seen.append(out)
+        return out
+
+    monkeypatch.setattr(viewport, "fast_frame", recorded)
+    try:
+        cam = camera_from_matrices(*_matrices(bpy, scene.camera, 64, 64), 64, 64)
+        scene.frame_set(3)
+        job.submit(job.snapshot(cam, 3))
+        moving = job.step()
+        job.submit(job.snapshot(cam, 3, full=True))
+        still = job.step()
+        assert moving is not None and still is not None and len(seen) == 2
+        m = seen[0]["mask"] > 0
+        filtered = fast.fast_frame(job.geometry, job.snapshot(cam, 3).geometry, None, None,
+                                   job.want)
+        np.testing.assert_array_equal(seen[1]["irradiance"], filtered["irradiance"])
+        monkeypatch.setattr(fast, "FILM_SAMPLES", 1)
+        centre = fast.fast_frame(job.geometry, job.snapshot(cam, 3).geometry, None, None,
+                                 job.want)
+        np.testing.assert_array_equal(seen[0]["irradiance"], centre["irradiance"])
+        assert not np.array_equal(seen[0]["irradiance"][m], seen[1]["irradiance"][m])
+    finally:
+        job.stop()
+
+
 def test_a_missing_backend_is_a_message_for_the_view(bpy_clean, shot):
     from painted_skin.addon.core.passes.camera import camera_from_matrices
     from test_client import free_url
