@@ -5,6 +5,7 @@
 #
 #   bash bench/gpu_device.sh prepare [--dry-run] [--ort-gpu]   HERE, with PyPI
 #   bash bench/gpu_device.sh run [bench args...]                THERE: the one device command
+#   bash bench/gpu_device.sh skin [gpu_skin run args...]        THERE: the skin model's training
 #
 # The ONE device call (the session's `run` tool), after `prepare` here:
 #   command:   bash bench/gpu_device.sh run
@@ -23,6 +24,17 @@
 #              --engines torch,torch-compile,onnx-export --compile-mode max-autotune-no-cudagraphs
 #   carry:     [".whl"]
 #   timeout_s: 280
+#
+# The skin model's check (python -m painted_skin.bench.gpu_skin; the image has torch,
+# onnxruntime and safetensors; only the FLIP metric's wheel travels: `pip download --no-deps
+# --only-binary=:all: --python-version 3.12 ... -d .whl flip-evaluator`), after its `pack`
+# here (see bench/gpu_skin.py):
+#   command:   bash bench/gpu_device.sh skin --minutes 2
+#   carry:     [".gpudata", ".whl"]   (.whl: flip-evaluator's cp312 wheel, for FLIP)
+#   timeout_s: 420
+# It trains a new character from the embedded model for --minutes and learns each packed
+# look, on cuda, and leaves gpu_skin.log, gpu_skin.json and the trainers' logs in $OUT.
+# GPU_SKIN_NAME names its log and JSON (default gpu_skin), so two runs can share one call.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2  # the repository root (the package)
 PY=${PY:-.venv-backend/bin/python}                # here: has pip, packaging, diffusers
@@ -130,8 +142,35 @@ run() {
   return "${PIPESTATUS[0]}"
 }
 
+skin() {
+  local out=${OUT:-/tmp/painted_skin_gpu_out} site=${GPU_BENCH_SITE:-/tmp/site}
+  mkdir -p "$out" "$site"
+  {
+    echo "== $(date -u +%FT%TZ) $(uname -m), $(nproc) CPUs, repo $PWD"
+    smi name,driver_version,memory.total,memory.used,clocks.sm,temperature.gpu,power.draw
+    [ -d .gpudata/train ] || { echo "no .gpudata: run bench/gpu_skin.py pack here, carry it"; exit 3; }
+    if ls .whl/*.whl >/dev/null 2>&1; then  # flip-evaluator (the FLIP metric) when carried
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target "$site" .whl/*.whl || { echo "wheel install failed"; exit 3; }
+    fi
+    ln -sfn "$PWD" "$site/painted_skin"  # the repository root is the package
+    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+    python3 -P -c 'import numpy, onnxruntime, safetensors, torch; print("packages:", "torch",
+      torch.__version__, "cuda", torch.version.cuda, "numpy", numpy.__version__, "onnxruntime",
+      onnxruntime.__version__)'
+    timeout -s INT -k 30 "${GPU_SKIN_TIMEOUT:-380}" python3 -P -m painted_skin.bench.gpu_skin run \
+      --data .gpudata --device cuda --json "$out/${GPU_SKIN_NAME:-gpu_skin}.json" "$@"
+    rc=$?
+    [ $rc = 124 ] && echo "the check ran past GPU_SKIN_TIMEOUT"
+    smi memory.used,clocks.sm,temperature.gpu,power.draw
+    exit $rc
+  } 2>&1 | tee "$out/${GPU_SKIN_NAME:-gpu_skin}.log"
+  return "${PIPESTATUS[0]}"
+}
+
 case ${1:-} in
   prepare) shift; prepare "$@" ;;
   run) shift; run "$@" ;;
+  skin) shift; skin "$@" ;;
   *) sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -53,6 +53,7 @@ from ..addon.core.passes import coverage
 from ..backend.skin import features, runtime
 from ..backend.skin.baselines import UVLookup
 from . import look_materials
+from .scoring import Shot, paint_model, score
 from .skin import (
     CAMERAS,
     DEFAULT_MODEL,
@@ -65,7 +66,6 @@ from .skin import (
     _generated_shot,
     _real_shot,
     model_info,
-    score,
 )
 
 KEY_COUNTS = (1, 2, 4)
@@ -80,14 +80,6 @@ TARGETS = {"mean_psnr": 27.0, "mean_ssim": 0.95, "psnr": 25.0, "warp": 1.2, "mar
 
 class LookBenchError(ValueError):
     """The benchmark cannot run as asked; the message names the fix."""
-
-
-@dataclass
-class Shot:
-    name: str
-    frames: list[int]
-    passes: dict[int, dict[str, np.ndarray]]
-    truth: dict[str, dict[int, np.ndarray]]  # look -> frame -> RGBA uint8
 
 
 def key_frames(shot: Shot, k: int) -> list[int]:
@@ -140,23 +132,6 @@ def learn(python: str, keys: Path, base: Path, out: Path, steps: int) -> tuple[f
         raise LookBenchError(f"the look trainer failed ({proc.returncode}): "
                              f"{proc.stderr.strip()[-400:]}")
     return seconds, json.loads((out / runtime.REPORT).read_text())
-
-
-def paint_model(model: runtime.SkinModel, shot: Shot) -> dict[int, np.ndarray]:
-    """Every frame of the shot through the model, each fed its previous output."""
-    outs: dict[int, np.ndarray] = {}
-    prev_out, prev_f = None, None
-    for f in shot.frames:
-        p = shot.passes[f]
-        prev = None
-        if model.temporal and prev_out is not None and prev_f == f - 1:
-            prev = features.warp_previous_output(prev_out, p["motion"], p["depth"],
-                                                 shot.passes[prev_f]["depth"])
-        # as the skin pipeline sends (and chains) it: Cycles' black film off the character
-        painted = model.render(p, prev)
-        prev_out = np.where(np.asarray(p["mask"])[..., None] > 0, painted, np.uint8(0))
-        outs[f], prev_f = prev_out, f
-    return outs
 
 
 def key_warp(shot: Shot, keys: dict[int, np.ndarray]) -> dict[int, np.ndarray]:

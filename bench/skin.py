@@ -47,6 +47,7 @@ from ..addon.blender.skin import dataset as D
 from ..backend.evaluate import metrics
 from ..backend.skin import features, runtime, stabilize
 from ..backend.skin.baselines import PartMean, UVLookup
+from .scoring import score
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = REPO / "rigs" / "skin_models" / "demo"
@@ -187,32 +188,6 @@ def _mean_ms(times: list[float]) -> float:
     """Mean ms/frame without the first (warm-up) frame."""
     t = times[1:] if len(times) > 1 else times
     return float(np.mean(t)) * 1000.0
-
-
-def score(frames: list[int], passes: dict[int, dict], refs: dict[int, np.ndarray],
-          tests: dict[int, np.ndarray]) -> dict[str, float]:
-    """Masked PSNR / SSIM / FLIP (means over frames), PSNR slope (dB/frame) and the
-    warping error of ``tests`` and of ``refs`` over consecutive pairs, and their ratio."""
-    psnr, ssim, flip, warp_t, warp_r = [], [], [], [], []
-    for f in frames:
-        m, ref, test = passes[f]["mask"] > 0, refs[f][..., :3], tests[f]
-        psnr.append(metrics.masked_psnr(ref, test, m))
-        ssim.append(metrics.masked_ssim(ref, test, m))
-        flip.append(metrics.masked_flip(ref, test, m))
-    for a, b in zip(frames, frames[1:], strict=False):
-        if b != a + 1:
-            continue
-        pa, pb = passes[a], passes[b]
-        flow = pa["motion"][..., 2:4]
-        valid = metrics.visible_in_next(pa["mask"] > 0, pa["depth"], pb["depth"], flow,
-                                        pb["motion"][..., 0:2], pb["mask"] > 0)
-        warp_t.append(metrics.pair_warping_error(tests[a], tests[b], flow, valid))
-        warp_r.append(metrics.pair_warping_error(refs[a][..., :3], refs[b][..., :3], flow,
-                                                 valid))
-    wt, wr = metrics.finite_mean(warp_t), metrics.finite_mean(warp_r)
-    return {"psnr": float(np.mean(psnr)), "ssim": float(np.mean(ssim)),
-            "flip": float(np.mean(flip)), "warp": wt, "warp_reference": wr,
-            "warp_ratio": metrics.ratio(wt, wr), "slope": metrics.slope_per_frame(frames, psnr)}
 
 
 def run_shot(name: str, scene: bpy.types.Scene, frames: list[int], size: int, samples: int,

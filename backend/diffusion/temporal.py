@@ -27,9 +27,13 @@ __all__ = [
 ]
 
 
-def _grid(flow: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _grid(flow: np.ndarray, origin: tuple[int, int] = (0, 0)
+          ) -> tuple[np.ndarray, np.ndarray]:
+    """Where each pixel of ``flow`` points: (x, y) in the other frame's pixels;
+    ``origin``: the (row, column) of ``flow``'s first pixel in that frame (a window)."""
     h, w = flow.shape[:2]
-    jj, ii = np.meshgrid(np.arange(w, dtype=np.float32), np.arange(h, dtype=np.float32))
+    jj, ii = np.meshgrid(np.arange(origin[1], origin[1] + w, dtype=np.float32),
+                         np.arange(origin[0], origin[0] + h, dtype=np.float32))
     f = flow.astype(np.float32, copy=False)
     return jj + f[..., 0], ii + f[..., 1]
 
@@ -57,16 +61,18 @@ def sample_bilinear(img: np.ndarray, x: np.ndarray, y: np.ndarray, eps: float = 
     return top * (1 - fy) + bot * fy, inside
 
 
-def warp_previous(prev: np.ndarray, flow_prev: np.ndarray, fill: float = 0.0
-                  ) -> tuple[np.ndarray, np.ndarray]:
+def warp_previous(prev: np.ndarray, flow_prev: np.ndarray, fill: float = 0.0,
+                  origin: tuple[int, int] = (0, 0)) -> tuple[np.ndarray, np.ndarray]:
     """Backward-warp the previous frame's image ``prev`` (H, W[, C], any dtype)
     into the current frame: ``out(p) = prev(p + flow_prev(p))``, bilinear.
 
-    ``flow_prev`` is (H, W, >=2): the current frame's motion channels 0, 1.
+    ``flow_prev`` is (H, W, >=2): the current frame's motion channels 0, 1, or a window
+    of them whose first pixel is ``origin`` (row, column) of the frame: the result is
+    then the whole frame's warp in that window (a trainer's crop costs the crop).
     Returns (warped float32, inside); pixels whose source lies outside get ``fill``.
     An integer flow reproduces ``prev``'s pixels exactly.
     """
-    x, y = _grid(flow_prev)
+    x, y = _grid(flow_prev, origin)
     out, inside = sample_bilinear(prev, x, y)
     out[~inside] = fill
     return out, inside
@@ -74,7 +80,8 @@ def warp_previous(prev: np.ndarray, flow_prev: np.ndarray, fill: float = 0.0
 
 def occlusion_mask(depth_now: np.ndarray, depth_other: np.ndarray, flow_to_other: np.ndarray,
                    rel_tol: float = 0.05, abs_tol: float = 1e-3,
-                   include_background: bool = True) -> np.ndarray:
+                   include_background: bool = True, origin: tuple[int, int] = (0, 0)
+                   ) -> np.ndarray:
     """(H, W) bool: True where this frame's pixel shows a surface that was also
     visible in the other frame.
 
@@ -84,10 +91,11 @@ def occlusion_mask(depth_now: np.ndarray, depth_other: np.ndarray, flow_to_other
     position (nearest pixel, so silhouettes never blend) and must match within
     ``rel_tol * depth + abs_tol``. Background pixels (empty in both) count as
     valid when ``include_background`` (static camera: the renderer writes zero
-    motion on the background).
+    motion on the background). ``depth_now`` and ``flow_to_other`` may be a window of
+    this frame whose first pixel is ``origin`` (row, column), as in :func:`warp_previous`.
     """
-    x, y = _grid(flow_to_other)
-    h, w = depth_now.shape
+    x, y = _grid(flow_to_other, origin)
+    h, w = depth_other.shape
     inside = (x > -0.5) & (x < w - 0.5) & (y > -0.5) & (y < h - 0.5)
     xi = np.clip(np.rint(x).astype(np.intp), 0, w - 1)
     yi = np.clip(np.rint(y).astype(np.intp), 0, h - 1)

@@ -112,20 +112,28 @@ def depth_relative(depth: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 
 def warp_previous_output(prev_rgb: np.ndarray, motion: np.ndarray, depth_now: np.ndarray,
-                         depth_prev: np.ndarray, rel_tol: float = 0.05
+                         depth_prev: np.ndarray, rel_tol: float = 0.05,
+                         window: tuple[int, int, int, int] | None = None
                          ) -> tuple[np.ndarray, np.ndarray]:
     """The previous output (H, W, 3) uint8 or [0, 1] float, warped into this frame.
 
     Returns (rgb float32 (H, W, 3) in [0, 1], 0 where not valid; valid (H, W) bool):
     valid where this pixel's surface was on the character and visible in the
-    previous frame (depth test at the displaced position)."""
+    previous frame (depth test at the displaced position). ``window`` (row, column,
+    height, width): only that window of this frame, exactly as the whole frame's
+    warp has it there (the trainer warps only its crop)."""
     prev = np.asarray(prev_rgb)
     prev = prev.astype(np.float32) / 255.0 if prev.dtype == np.uint8 else prev.astype(np.float32)
     flow = np.asarray(motion, np.float32)[..., :2]
-    warped, inside = temporal.warp_previous(prev, flow)
-    valid = inside & temporal.occlusion_mask(np.asarray(depth_now, np.float32),
-                                             np.asarray(depth_prev, np.float32), flow,
-                                             rel_tol=rel_tol, include_background=False)
+    now = np.asarray(depth_now, np.float32)
+    origin = (0, 0)
+    if window is not None:
+        y0, x0, h, w = window
+        flow, now, origin = flow[y0:y0 + h, x0:x0 + w], now[y0:y0 + h, x0:x0 + w], (y0, x0)
+    warped, inside = temporal.warp_previous(prev, flow, origin=origin)
+    valid = inside & temporal.occlusion_mask(now, np.asarray(depth_prev, np.float32), flow,
+                                             rel_tol=rel_tol, include_background=False,
+                                             origin=origin)
     warped[~valid] = 0.0
     return warped, valid
 

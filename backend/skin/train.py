@@ -105,16 +105,17 @@ def _crop_box(mask: np.ndarray, crop: int, rng: np.random.Generator) -> tuple[in
     return y0, x0
 
 
-def _previous_input(frames: Sequence[Frame], i: int, j: int | None, cfg: TrainConfig,
-                    rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray] | None:
+def _previous_output(frames: Sequence[Frame], j: int | None, cfg: TrainConfig,
+                     rng: np.random.Generator) -> np.ndarray | None:
+    """What stands in for the previous frame's output: its target, with noise and a
+    slightly wrong colour (the network must not trust it blindly); None: a shot's
+    first frame (or dropped, so the network also learns to paint without it)."""
     if j is None or rng.random() < cfg.temporal_drop:
         return None
-    passes, prev_passes = frames[i][0], frames[j][0]
     prev = frames[j][1].astype(np.float32) / 255.0
     prev = prev + rng.normal(0.0, cfg.temporal_noise, prev.shape).astype(np.float32)
     prev = prev * rng.uniform(0.95, 1.05, 3).astype(np.float32)  # a slightly wrong colour
-    return features.warp_previous_output(np.clip(prev, 0, 1), passes["motion"],
-                                         passes["depth"], prev_passes["depth"])
+    return np.clip(prev, 0, 1)
 
 
 #: Frames whose whole-frame input is kept between steps (the features of a frame without
@@ -130,28 +131,37 @@ def make_batch(frames: Sequence[Frame], model_cfg: dict[str, Any], cfg: TrainCon
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(features, target, mask, parts) crops of step ``step``: a function of
     (seed, step) only. ``cache``: frame index -> its input without a previous output,
-    filled as frames are met (a few large keyframes: the input is most of a step)."""
+    filled as frames are met (the input is most of a step). The previous output is
+    warped into the crop alone: a frame's other channels never depend on it, and the
+    crop's warp is the whole frame's there (on a GPU the batch is the step's cost)."""
     rng = np.random.default_rng([cfg.seed, step])
     xs, ys, ms, ps = [], [], [], []
     lay, bounds = model_cfg["layout"], model_cfg["rest_bounds"]
+    at, av = features.offset(lay, "prev_rgb"), features.offset(lay, "prev_valid")
     for _ in range(cfg.batch):
         i = int(rng.integers(len(frames)))
         passes, target = frames[i]
-        prev = None
-        if cfg.temporal:
-            prev = _previous_input(frames, i, previous[i] if previous else None, cfg, rng)
-        if prev is None and cache is not None and i in cache:
+        j = previous[i] if previous else None
+        prev = _previous_output(frames, j, cfg, rng) if cfg.temporal else None
+        if cache is not None and i in cache:
             x = cache[i]
         else:
-            x = features.frame_features(passes, lay, bounds, prev)
-            if prev is None and cache is not None and \
-                    (len(cache) + 1) * x.nbytes <= FEATURE_CACHE_BYTES:
+            x = features.frame_features(passes, lay, bounds)
+            if cache is not None and (len(cache) + 1) * x.nbytes <= FEATURE_CACHE_BYTES:
                 cache[i] = x
         # "loss_mask": the pixels a target speaks for (a painted keyframe's alpha)
         mask = np.asarray(passes.get("loss_mask", passes["mask"])) > 0
         y0, x0 = _crop_box(mask, cfg.crop, rng)
         sl = (slice(y0, y0 + cfg.crop), slice(x0, x0 + cfg.crop))
-        xs.append(x[:, sl[0], sl[1]])
+        xc = x[:, sl[0], sl[1]]
+        if prev is not None and at is not None and av is not None:
+            rgb, valid = features.warp_previous_output(
+                prev, passes["motion"], passes["depth"], frames[j][0]["depth"],
+                window=(y0, x0, cfg.crop, cfg.crop))
+            xc = xc.copy()
+            xc[at:at + 3] = np.moveaxis(rgb, -1, 0)
+            xc[av] = valid
+        xs.append(xc)
         ys.append(np.moveaxis(target[sl][..., :3], -1, 0).astype(np.float32) / 255.0)
         ms.append(mask[sl][None])
         ps.append(np.asarray(passes["parts"])[sl][None].astype(np.int64)

@@ -49,6 +49,22 @@ def test_warped_previous_output_lines_up_with_this_frame() -> None:
     assert err_warped < 0.25 * err_static
 
 
+def test_a_window_of_the_warp_is_the_whole_frames_warp_there() -> None:
+    """The trainer warps the previous output into its crop alone: every pixel of the
+    window reads the previous frame where its motion points, in the window or not."""
+    (p0, t0), (p1, _) = S.shot(2, 64, speed=0.15)
+    rng = np.random.default_rng(3)
+    motion = p1["motion"].copy()
+    motion[..., :2] += rng.normal(0.0, 6.0, motion[..., :2].shape)  # reach out of the window
+    whole = F.warp_previous_output(t0, motion, p1["depth"], p0["depth"])
+    for y0, x0, h, w in ((0, 0, 64, 64), (10, 23, 32, 32), (32, 0, 32, 40)):
+        part = F.warp_previous_output(t0, motion, p1["depth"], p0["depth"],
+                                      window=(y0, x0, h, w))
+        for a, b in zip(part, whole, strict=True):
+            np.testing.assert_array_equal(a, b[y0:y0 + h, x0:x0 + w])
+        assert part[1].any() and not part[1].all()
+
+
 def test_missing_pass_is_named() -> None:
     passes, _ = S.dataset(1, 32)[0]
     del passes["light_visibility"]
