@@ -1,10 +1,13 @@
-"""``painted-skin bench skin`` and its non-learned baselines (bpy venv)."""
+"""``painted-skin bench skin`` and its non-learned baselines (bpy venv); the GPU check of
+the skin model's trainers, which runs where Blender is not (a lent GPU machine has torch
+but no bpy), so it and the benches' scoring must never import it."""
 
 from __future__ import annotations
 
 import math
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -155,3 +158,26 @@ def test_bench_skin_prints_the_matrix_and_its_worst_cells(tiny_model, capsys):
     assert float(np.mean(list(cells.values()))) == pytest.approx(psnr, abs=0.01)
     # The turned rig is another light: the reference changes, so do the figures.
     assert cells["wave/demo/scene"] != cells["wave/demo/turned"]
+
+
+def _run_python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+
+
+def test_the_gpu_check_and_the_bench_scoring_import_without_blender() -> None:
+    code = ("import sys\n"
+            "for m in ('bpy', 'mathutils', 'gpu', 'zmq'):\n"
+            "    sys.modules[m] = None  # importing them raises\n"
+            "import painted_skin.bench.gpu_skin, painted_skin.bench.scoring\n")
+    proc = _run_python(code)
+    assert proc.returncode == 0, proc.stderr[-800:]
+
+
+def test_the_gpu_check_without_its_packed_frames_says_how_to_make_them(tmp_path) -> None:
+    code = ("from painted_skin.bench.gpu_skin import main\n"
+            f"raise SystemExit(main(['run', '--data', {str(tmp_path / 'none')!r}, "
+            "'--device', 'cpu']))\n")
+    proc = _run_python(code)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "run pack here first" in lines[0], proc.stderr
