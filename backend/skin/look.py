@@ -13,7 +13,10 @@ reaches surfaces no key shows; then the neural texture learns what is local (a
 painted pattern) where the keys show it. A surface no key shows keeps the base
 model's texture under the look's network: the base's shading remapped by what the
 keys show, never a hole. The loss reads only the pixels a key paints (the character's
-mask, and the key's alpha when it has one).
+mask, and the key's alpha when it has one). A look also learns its own light response,
+one curve of the irradiance for the whole character (:meth:`SkinNet.light_response`,
+:data:`LIGHT_KNOTS` knots, waiting with the textures): a cel look's hard terminator,
+shown on the surfaces the keys light, reaches those they show only in shadow.
 
 A look is an ordinary model folder (``config.json`` records ``look``: its name, the
 base model's identity and a digest of the keys). ``--look NAME`` writes it inside a
@@ -43,6 +46,7 @@ from .train import Frame, TrainConfig, TrainError, TrainResult, calibrate_steps,
 TEXTURE_FROM = 0.4
 DEFAULT_STEPS = 200
 NET_RATE = 0.6  # the fine-tune's network rate, a share of the base's
+LIGHT_KNOTS = 17  # the look's light curve: a knot every 0.1 of luminance up to 1.6
 KEY_ALPHA = 0.5  # a key's pixel counts where its alpha is at least this
 
 
@@ -119,8 +123,11 @@ def learn_look(keys: list[Frame], base: Path, cfg: TrainConfig,
     size = min(min(k[1].shape[:2]) for k in keys)
     crop = min(cfg.crop, size - size % 4)
     cfg = dataclasses.replace(cfg, crop=crop, init_from=str(base))
+    mcfg = net_config(bcfg)
+    if mcfg.get("shading"):  # the look's own light response, the base's at the start
+        mcfg = {**mcfg, "light_curve": LIGHT_KNOTS}
     return train(keys, cfg, previous=[None] * len(keys), resume=resume,
-                 fingerprint=bcfg["fingerprint"], model_cfg=net_config(bcfg))
+                 fingerprint=bcfg["fingerprint"], model_cfg=mcfg)
 
 
 def key_scores(net: Any, mcfg: dict[str, Any], keys: list[Frame]) -> dict[str, float]:

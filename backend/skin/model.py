@@ -62,6 +62,16 @@ def net_config(folder_config: dict[str, Any]) -> dict[str, Any]:
 #: The albedo pass is clamped this far inside (0, 1) before its logit (a black pixel
 #: stays reachable: logit(1e-3) = -6.9).
 ALBEDO_EPS = 1e-3
+#: The light-response curve a look learns (``light_curve`` knots in its config): the
+#: irradiance's luminance from 0 to LIGHT_MAX, each knot's change of it; above, as lit.
+LIGHT_MAX = 1.6
+#: Luminance under which the curve's change is not divided further (the unlit, where
+#: the irradiance's colour says nothing).
+LIGHT_FLOOR = 0.05
+LUMINANCE = (0.2126, 0.7152, 0.0722)  # Rec. 709: how the curve weighs the light's colour
+#: The curve's learning rate: its knots move in units of light (the network's weights
+#: in far smaller steps; measured on the toon look, 0.03 gained 0.46 dB, 0.1 0.67).
+LIGHT_CURVE_LR = 0.1
 
 
 def srgb_encode(lin: torch.Tensor) -> torch.Tensor:
@@ -128,6 +138,24 @@ class SkinNet(nn.Module):
         cin = self.cond_ch + (ch if self.use_texture else 0) + (4 if self.diffusion else 0)
         cout = (9 + (self.spec_at is not None)) if self.shading else 3
         self.unet = UNet(cin, list(cfg["unet"]), cout)
+        knots = int(cfg.get("light_curve") or 0) if self.shading else 0
+        self.light_curve = nn.Parameter(torch.zeros(knots)) if knots > 1 else None
+
+    def light_response(self, irradiance: torch.Tensor) -> torch.Tensor:
+        """The irradiance as the look's light curve bends it: one curve of the light's
+        luminance for the whole character (a cel look's hard terminator, a painter's
+        ramp), so what the keys show of light and shadow on one surface reaches every
+        surface, also one no key shows lit. Zero knots (the start): the pass itself."""
+        if self.light_curve is None:
+            return irradiance
+        k = self.light_curve.shape[0]
+        w = irradiance.new_tensor(LUMINANCE).view(1, 3, 1, 1)
+        lum = (irradiance * w).sum(1, keepdim=True)
+        knots = torch.arange(k, dtype=irradiance.dtype, device=irradiance.device)
+        step = LIGHT_MAX / (k - 1)
+        hat = F.relu(1.0 - (lum - (knots * step).view(1, k, 1, 1)).abs() / step)
+        change = (hat * self.light_curve.view(1, k, 1, 1)).sum(1, keepdim=True)
+        return F.relu(irradiance * (1.0 + change / lum.clamp(min=LIGHT_FLOOR)))
 
     def surface_features(self, x: torch.Tensor) -> torch.Tensor:
         """(N, tex_channels, H, W): the neural texture at the UV where ``has_uv``,
@@ -165,7 +193,8 @@ class SkinNet(nn.Module):
         if self.shading:
             spec = None if self.spec_at is None else x[:, self.spec_at:self.spec_at + 3]
             alb = None if self.alb_at is None else x[:, self.alb_at:self.alb_at + 3]
-            return self.shade(out, x[:, self.irr_at:self.irr_at + 3], spec, alb)
+            irr = self.light_response(x[:, self.irr_at:self.irr_at + 3])
+            return self.shade(out, irr, spec, alb)
         return out if self.diffusion else out + 0.5
 
     @staticmethod
@@ -199,11 +228,15 @@ class SkinNet(nn.Module):
     def param_groups(self, lr_texture: float, lr_net: float) -> list[dict[str, Any]]:
         """AdamW groups: the textures learn faster than the U-Net (DNR's recipe)."""
         tex = list(self.tex) + list(self.grid) if self.use_texture else []
-        ids = {id(p) for p in tex}
+        own = tex + ([self.light_curve] if self.light_curve is not None else [])
+        ids = {id(p) for p in own}
         rest = [p for p in self.parameters() if id(p) not in ids]
         groups = [{"params": rest, "lr": lr_net, "weight_decay": 1e-4}]
         if tex:
             groups.append({"params": tex, "lr": lr_texture, "weight_decay": 0.0})
+        if self.light_curve is not None:  # one curve: it moves at its own, faster rate
+            groups.append({"params": [self.light_curve], "lr": LIGHT_CURVE_LR,
+                           "weight_decay": 0.0})
         return groups
 
 

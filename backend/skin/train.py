@@ -339,6 +339,8 @@ def train(frames: Sequence[Frame], cfg: TrainConfig, *,
         return time.monotonic() - s0
 
     diffusion = mcfg["head"] == "diffusion"
+    # what waits for texture_from: the groups after the network's (the neural textures
+    # and a look's light curve: the network first learns what changes everywhere)
     textures = [p for g in net.param_groups(0.0, 0.0)[1:] for p in g["params"]]
     cache: dict[int, np.ndarray] = {}
     t0 = time.monotonic() - elapsed

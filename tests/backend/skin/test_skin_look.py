@@ -64,6 +64,7 @@ def test_a_look_learned_from_two_keys_paints_frames_it_never_saw(base, tmp_path)
     cfg = runtime.read_config(tmp_path / "look")
     assert cfg["look"]["base"] == runtime.weights_digest(folder)
     assert cfg["look"]["key_frames"] == 2 and cfg["look"]["keys"].startswith("blake2b:")
+    assert cfg["model"]["light_curve"] == look.LIGHT_KNOTS  # the look's own light response
     held = synthetic.dataset(8, 48, seed=11)  # other poses and lights than the keys'
     base_model, look_model = runtime.load_model(folder), runtime.load_model(tmp_path / "look")
     before = mean_psnr(base_model, held, recolour)
@@ -71,6 +72,35 @@ def test_a_look_learned_from_two_keys_paints_frames_it_never_saw(base, tmp_path)
     # the base paints the old colours; the look, the keys' colours on unseen frames
     # (measured: 14.6 -> 19.5 dB after 30 steps of this tiny model)
     assert after > before + 3.0, (before, after)
+
+
+def test_a_looks_light_curve_starts_as_the_pass_and_bends_only_the_light(base):
+    """A look learns one light-response curve for the whole character (a cel look's hard
+    terminator reaches surfaces its keys show only in shadow); at its start the look
+    paints exactly as its base, and the curve changes nothing where no light falls."""
+    from painted_skin.backend.skin import features
+    from painted_skin.backend.skin.model import SkinNet, net_config
+
+    folder, frames = base
+    cfg = net_config(runtime.read_config(folder))
+    assert cfg["shading"], "the tiny base must have the shaded head"
+    plain, curved = SkinNet(cfg), SkinNet({**cfg, "light_curve": look.LIGHT_KNOTS})
+    state = {k: v for k, v in curved.state_dict().items() if k == "light_curve"}
+    curved.load_state_dict({**plain.state_dict(), **state})
+    passes = frames[0][0]
+    x = torch.from_numpy(features.frame_features(passes, cfg["layout"], cfg["rest_bounds"])
+                         )[None]
+    with torch.no_grad():
+        assert torch.equal(plain(x), curved(x))
+        curved.light_curve.fill_(0.4)  # every lit pixel brighter
+        before, after = plain(x), curved(x)
+    irr = np.asarray(passes["irradiance"]).sum(-1)
+    on = np.asarray(passes["mask"]) > 0
+    lit, dark = on & (irr > 0.05), on & (irr == 0)
+    assert lit.any() and dark.any()
+    delta = (after - before)[0].sum(0).numpy()
+    assert delta[lit].mean() > 0.05
+    np.testing.assert_allclose(delta[dark], 0.0, atol=1e-6)
 
 
 def test_looks_share_one_folder_and_mix_smoothly(base, tmp_path):
