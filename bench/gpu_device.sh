@@ -116,6 +116,16 @@ smi() {  # read-only queries; the card's settings are left alone
   else echo "(no nvidia-smi)"; fi
 }
 
+use_site() {  # SITE WHEELS: the carried wheels (if any) into SITE, the package linked there
+  local site=$1 whl=$2
+  if ls "$whl"/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target "$site" "$whl"/*.whl || { echo "wheel install failed"; return 3; }
+  fi
+  ln -sfn "$PWD" "$site/painted_skin"  # the repository root is the package
+  export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+}
+
 run() {
   # GPU_BENCH_SITE / GPU_BENCH_WHEELS: for a rehearsal elsewhere (defaults: the device's)
   local out=${OUT:-/tmp/painted_skin_gpu_out} site=${GPU_BENCH_SITE:-/tmp/site}
@@ -125,10 +135,7 @@ run() {
     echo "== $(date -u +%FT%TZ) $(uname -m), $(nproc) CPUs, repo $PWD"
     smi name,driver_version,memory.total,memory.used,clocks.sm,clocks.mem,temperature.gpu,power.draw
     ls "$whl"/*.whl >/dev/null 2>&1 || { echo "no $whl/*.whl: run 'prepare' here, carry .whl"; exit 3; }
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-      --target "$site" "$whl"/*.whl || { echo "wheel install failed"; exit 3; }
-    ln -sfn "$PWD" "$site/painted_skin"  # the repository root is the package
-    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+    use_site "$site" "$whl" || exit 3
     python3 -P -m pip list 2>/dev/null | grep -iE '^(torch|triton|diffusers|transformers|onnx|onnxruntime|onnxruntime-gpu|numpy|huggingface.hub|safetensors) ' |
       tr -s ' ' | paste -sd ';' - | sed 's/^/packages: /'
     # -P: the repository root is not put on sys.path (its folders are not top-level modules)
@@ -149,12 +156,7 @@ skin() {
     echo "== $(date -u +%FT%TZ) $(uname -m), $(nproc) CPUs, repo $PWD"
     smi name,driver_version,memory.total,memory.used,clocks.sm,temperature.gpu,power.draw
     [ -d .gpudata/train ] || { echo "no .gpudata: run bench/gpu_skin.py pack here, carry it"; exit 3; }
-    if ls .whl/*.whl >/dev/null 2>&1; then  # flip-evaluator (the FLIP metric) when carried
-      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target "$site" .whl/*.whl || { echo "wheel install failed"; exit 3; }
-    fi
-    ln -sfn "$PWD" "$site/painted_skin"  # the repository root is the package
-    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+    use_site "$site" .whl || exit 3  # .whl: flip-evaluator (the FLIP metric) when carried
     python3 -P -c 'import numpy, onnxruntime, safetensors, torch; print("packages:", "torch",
       torch.__version__, "cuda", torch.version.cuda, "numpy", numpy.__version__, "onnxruntime",
       onnxruntime.__version__)'
