@@ -15,8 +15,13 @@ model's texture under the look's network: the base's shading remapped by what th
 keys show, never a hole. The loss reads only the pixels a key paints (the character's
 mask, and the key's alpha when it has one). A look also learns its own light response,
 one curve of the irradiance for the whole character (:meth:`SkinNet.light_response`,
-:data:`LIGHT_KNOTS` knots, waiting with the textures): a cel look's hard terminator,
-shown on the surfaces the keys light, reaches those they show only in shadow.
+:data:`LIGHT_KNOTS` knots): a cel look's hard terminator, shown on the surfaces the keys
+light, reaches those they show only in shadow; and one curve of the facing ratio
+(:meth:`SkinNet.facing_response`, :data:`FACING_KNOTS` knots) towards one edge colour:
+the outlines the keys show reach every silhouette. Both learn from the first step: a
+network that learns the keys' terminator and outlines first learns them in a way that
+holds on the keys alone (the toon look on the dance: 19.4 dB with the curves waiting
+for the textures, 21.2 without).
 
 A look is an ordinary model folder (``config.json`` records ``look``: its name, the
 base model's identity and a digest of the keys). ``--look NAME`` writes it inside a
@@ -39,7 +44,7 @@ import torch
 
 from ...addon.core.files.atomic import TMP_MARK
 from ...addon.core.files.paths import files_digest
-from . import runtime
+from . import features, runtime
 from .train import Frame, TrainConfig, TrainError, TrainResult, calibrate_steps, train
 
 #: The share of the schedule the neural textures stay still (see the module doc).
@@ -47,6 +52,7 @@ TEXTURE_FROM = 0.4
 DEFAULT_STEPS = 200
 NET_RATE = 0.6  # the fine-tune's network rate, a share of the base's
 LIGHT_KNOTS = 17  # the look's light curve: a knot every 0.1 of luminance up to 1.6
+FACING_KNOTS = 21  # the look's facing curve: a knot every 0.05 of the facing ratio
 KEY_ALPHA = 0.5  # a key's pixel counts where its alpha is at least this
 
 
@@ -126,6 +132,9 @@ def learn_look(keys: list[Frame], base: Path, cfg: TrainConfig,
     mcfg = net_config(bcfg)
     if mcfg.get("shading"):  # the look's own light response, the base's at the start
         mcfg = {**mcfg, "light_curve": LIGHT_KNOTS}
+        if all(features.offset(mcfg["layout"], n) is not None
+               for n in ("normal_world", "view_dir")):
+            mcfg["facing_curve"] = FACING_KNOTS
     return train(keys, cfg, previous=[None] * len(keys), resume=resume,
                  fingerprint=bcfg["fingerprint"], model_cfg=mcfg)
 

@@ -72,6 +72,11 @@ LUMINANCE = (0.2126, 0.7152, 0.0722)  # Rec. 709: how the curve weighs the light
 #: The curve's learning rate: its knots move in units of light (the network's weights
 #: in far smaller steps; measured on the toon look, 0.03 gained 0.46 dB, 0.1 0.67).
 LIGHT_CURVE_LR = 0.1
+#: The facing curve a look learns (``facing_curve`` knots in its config): over the
+#: facing ratio |normal . view| from 0 (grazing: the silhouette) to 1 (facing the
+#: camera), how far each pixel turns to the look's one edge colour (a cel look's ink
+#: outlines, a painter's rim). Zero at the start: the look starts as its base.
+EDGE_INK = 0.02
 
 
 def srgb_encode(lin: torch.Tensor) -> torch.Tensor:
@@ -140,6 +145,14 @@ class SkinNet(nn.Module):
         self.unet = UNet(cin, list(cfg["unet"]), cout)
         knots = int(cfg.get("light_curve") or 0) if self.shading else 0
         self.light_curve = nn.Parameter(torch.zeros(knots)) if knots > 1 else None
+        fknots = int(cfg.get("facing_curve") or 0) if self.shading else 0
+        self.nrm_at = features.offset(cfg["layout"], "normal_world")
+        self.view_at = features.offset(cfg["layout"], "view_dir")
+        if fknots > 1 and (self.nrm_at is None or self.view_at is None):
+            raise ValueError("the facing curve needs the normal_world and view_dir inputs")
+        self.facing_curve = nn.Parameter(torch.zeros(fknots)) if fknots > 1 else None
+        # the edge colour in display units, ink at the start (outlines are drawn dark)
+        self.edge_colour = nn.Parameter(torch.full((3,), EDGE_INK)) if fknots > 1 else None
 
     def light_response(self, irradiance: torch.Tensor) -> torch.Tensor:
         """The irradiance as the look's light curve bends it: one curve of the light's
@@ -156,6 +169,23 @@ class SkinNet(nn.Module):
         hat = F.relu(1.0 - (lum - (knots * step).view(1, k, 1, 1)).abs() / step)
         change = (hat * self.light_curve.view(1, k, 1, 1)).sum(1, keepdim=True)
         return F.relu(irradiance * (1.0 + change / lum.clamp(min=LIGHT_FLOOR)))
+
+    def facing_response(self, image: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The image turned towards the look's edge colour by the facing curve: ink
+        where the surface grazes the view (outlines), a rim, or nothing (zero knots,
+        the start). One curve of a pixel's geometry for the whole character, so the
+        outlines the keys show reach every silhouette of every frame."""
+        if self.facing_curve is None:
+            return image
+        k = self.facing_curve.shape[0]
+        n = x[:, self.nrm_at:self.nrm_at + 3]
+        v = x[:, self.view_at:self.view_at + 3]
+        facing = (n * v).sum(1, keepdim=True).abs().clamp(max=1.0)
+        knots = torch.arange(k, dtype=x.dtype, device=x.device).view(1, k, 1, 1)
+        hat = F.relu(1.0 - (facing * (k - 1) - knots).abs())
+        # not clamped: a knot pushed below zero still learns back (a clamp would hold it)
+        w = (hat * self.facing_curve.view(1, k, 1, 1)).sum(1, keepdim=True)
+        return image + w * (self.edge_colour.view(1, 3, 1, 1) - image)
 
     def surface_features(self, x: torch.Tensor) -> torch.Tensor:
         """(N, tex_channels, H, W): the neural texture at the UV where ``has_uv``,
@@ -194,7 +224,7 @@ class SkinNet(nn.Module):
             spec = None if self.spec_at is None else x[:, self.spec_at:self.spec_at + 3]
             alb = None if self.alb_at is None else x[:, self.alb_at:self.alb_at + 3]
             irr = self.light_response(x[:, self.irr_at:self.irr_at + 3])
-            return self.shade(out, irr, spec, alb)
+            return self.facing_response(self.shade(out, irr, spec, alb), x)
         return out if self.diffusion else out + 0.5
 
     @staticmethod
@@ -226,17 +256,19 @@ class SkinNet(nn.Module):
         return srgb_encode(linear) + residual
 
     def param_groups(self, lr_texture: float, lr_net: float) -> list[dict[str, Any]]:
-        """AdamW groups: the textures learn faster than the U-Net (DNR's recipe)."""
+        """AdamW groups: the textures learn faster than the U-Net (DNR's recipe); the
+        textures' group ``waits`` for the trainer's ``texture_from``."""
         tex = list(self.tex) + list(self.grid) if self.use_texture else []
-        own = tex + ([self.light_curve] if self.light_curve is not None else [])
-        ids = {id(p) for p in own}
+        curves = [p for p in (self.light_curve, self.facing_curve, self.edge_colour)
+                  if p is not None]
+        ids = {id(p) for p in tex + curves}
         rest = [p for p in self.parameters() if id(p) not in ids]
         groups = [{"params": rest, "lr": lr_net, "weight_decay": 1e-4}]
         if tex:
-            groups.append({"params": tex, "lr": lr_texture, "weight_decay": 0.0})
-        if self.light_curve is not None:  # one curve: it moves at its own, faster rate
-            groups.append({"params": [self.light_curve], "lr": LIGHT_CURVE_LR,
-                           "weight_decay": 0.0})
+            groups.append({"params": tex, "lr": lr_texture, "weight_decay": 0.0,
+                           "waits": True})
+        if curves:  # a few numbers for the whole character: their own, faster rate
+            groups.append({"params": curves, "lr": LIGHT_CURVE_LR, "weight_decay": 0.0})
         return groups
 
 

@@ -339,9 +339,10 @@ def train(frames: Sequence[Frame], cfg: TrainConfig, *,
         return time.monotonic() - s0
 
     diffusion = mcfg["head"] == "diffusion"
-    # what waits for texture_from: the groups after the network's (the neural textures
-    # and a look's light curve: the network first learns what changes everywhere)
-    textures = [p for g in net.param_groups(0.0, 0.0)[1:] for p in g["params"]]
+    # what waits for texture_from: the neural textures (the network first learns what
+    # changes everywhere; a look's curves learn from the start, before the network
+    # learns the keys' light and outlines in a way that holds on the keys alone)
+    textures = [p for g in net.param_groups(0.0, 0.0) if g.get("waits") for p in g["params"]]
     cache: dict[int, np.ndarray] = {}
     t0 = time.monotonic() - elapsed
     if held_out and not curve:

@@ -65,6 +65,7 @@ def test_a_look_learned_from_two_keys_paints_frames_it_never_saw(base, tmp_path)
     assert cfg["look"]["base"] == runtime.weights_digest(folder)
     assert cfg["look"]["key_frames"] == 2 and cfg["look"]["keys"].startswith("blake2b:")
     assert cfg["model"]["light_curve"] == look.LIGHT_KNOTS  # the look's own light response
+    assert cfg["model"]["facing_curve"] == look.FACING_KNOTS  # and its own outlines
     held = synthetic.dataset(8, 48, seed=11)  # other poses and lights than the keys'
     base_model, look_model = runtime.load_model(folder), runtime.load_model(tmp_path / "look")
     before = mean_psnr(base_model, held, recolour)
@@ -101,6 +102,59 @@ def test_a_looks_light_curve_starts_as_the_pass_and_bends_only_the_light(base):
     delta = (after - before)[0].sum(0).numpy()
     assert delta[lit].mean() > 0.05
     np.testing.assert_allclose(delta[dark], 0.0, atol=1e-6)
+
+
+def test_a_looks_facing_curve_starts_as_the_base_and_inks_only_grazing_surfaces(base):
+    """A look learns one curve of the facing ratio for the whole character (a cel look's
+    outlines reach every silhouette); at its start the look paints exactly as its base,
+    and raising the grazing end of the curve inks the silhouette, not the surfaces that
+    face the camera."""
+    from painted_skin.backend.skin import features
+    from painted_skin.backend.skin.model import EDGE_INK, SkinNet, net_config
+
+    folder, frames = base
+    cfg = net_config(runtime.read_config(folder))
+    plain = SkinNet(cfg)
+    inked = SkinNet({**cfg, "facing_curve": look.FACING_KNOTS})
+    own = {k: v for k, v in inked.state_dict().items() if k in ("facing_curve", "edge_colour")}
+    inked.load_state_dict({**plain.state_dict(), **own})
+    passes = frames[0][0]
+    x = torch.from_numpy(features.frame_features(passes, cfg["layout"], cfg["rest_bounds"])
+                         )[None]
+    with torch.no_grad():
+        assert torch.equal(plain(x), inked(x))
+        inked.facing_curve[:4] = 1.0  # facing ratio under 0.15: all ink; 0.2 and up: none
+        before, after = plain(x), inked(x)
+    facing = np.abs((np.asarray(passes["normal_world"]) * np.asarray(passes["view_dir"])
+                     ).sum(-1))
+    on = np.asarray(passes["mask"]) > 0
+    grazing, facing_cam = on & (facing < 0.15), on & (facing > 0.2)
+    assert grazing.any() and facing_cam.any()
+    np.testing.assert_allclose(after[0].permute(1, 2, 0).numpy()[grazing], EDGE_INK, atol=1e-6)
+    delta = (after - before)[0].abs().sum(0).numpy()
+    np.testing.assert_allclose(delta[facing_cam], 0.0, atol=1e-6)
+
+
+def test_a_looks_curves_learn_while_its_textures_wait(base, tmp_path):
+    """The look's curves learn from its first step (before the network fits the keys'
+    light and outlines in a way that holds on the keys alone); the textures wait."""
+    from safetensors.numpy import load_file
+
+    folder, frames = base
+    keys = write_keys(tmp_path / "keys", frames, [0, 12])
+    with torch_threads(2):
+        bcfg = look.base_config(folder)
+        cfg = dataclasses.replace(look.look_config(bcfg, steps=6, base=folder),
+                                  texture_from=1.0, progress=False)
+        net = look.learn_look(look.load_keys(keys), folder, cfg, bcfg["fingerprint"]).net
+    learned = {k: v.numpy() for k, v in net.state_dict().items()}
+    start = load_file(str(folder / "weights.safetensors"))
+    for name in ("light_curve", "facing_curve"):
+        assert np.abs(learned[name]).max() > 1e-3, f"the {name} did not learn"
+    textures = [k for k in start if k.startswith(("tex.", "grid."))]
+    assert textures
+    for k in textures:
+        np.testing.assert_array_equal(learned[k], start[k])
 
 
 def test_looks_share_one_folder_and_mix_smoothly(base, tmp_path):
