@@ -51,7 +51,7 @@ from .train import Frame, TrainConfig, TrainError, TrainResult, calibrate_steps,
 TEXTURE_FROM = 0.4
 DEFAULT_STEPS = 200
 NET_RATE = 0.6  # the fine-tune's network rate, a share of the base's
-LIGHT_KNOTS = 17  # the look's light curve: a knot every 0.1 of luminance up to 1.6
+LIGHT_KNOTS = 33  # the look's light curve: a knot every 0.05 of luminance up to 1.6
 FACING_KNOTS = 21  # the look's facing curve: a knot every 0.05 of the facing ratio
 KEY_ALPHA = 0.5  # a key's pixel counts where its alpha is at least this
 
