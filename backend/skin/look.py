@@ -6,22 +6,22 @@ painted pixel goes from the pixels themselves, a look knows it exactly: each key
 comes with its passes (UV, rest position, normals, light), so the base skin model is
 fine-tuned on the keys and paints any frame, pose, camera or light after.
 
-The recipe: start from the base model's weights, textures included (same character);
-for the first :data:`TEXTURE_FROM` of the schedule only the U-Net learns, so what
-changes everywhere (a recolour, a toon ramp, outlines) is learned by the network and
-reaches surfaces no key shows; then the neural texture learns what is local (a
-painted pattern) where the keys show it. A surface no key shows keeps the base
-model's texture under the look's network: the base's shading remapped by what the
-keys show, never a hole. The loss reads only the pixels a key paints (the character's
-mask, and the key's alpha when it has one). A look also learns its own light response,
-one curve of the irradiance for the whole character (:meth:`SkinNet.light_response`,
-:data:`LIGHT_KNOTS` knots): a cel look's hard terminator, shown on the surfaces the keys
-light, reaches those they show only in shadow; and one curve of the facing ratio
-(:meth:`SkinNet.facing_response`, :data:`FACING_KNOTS` knots) towards one edge colour:
-the outlines the keys show reach every silhouette. Both learn from the first step: a
-network that learns the keys' terminator and outlines first learns them in a way that
-holds on the keys alone (the toon look on the dance: 19.4 dB with the curves waiting
-for the textures, 21.2 without).
+The recipe: start from the base model's weights, textures included (same character).
+What changes everywhere (a recolour, a toon ramp, outlines) is learned by a few numbers
+for the whole character, so it reaches surfaces no key shows: one colour transform of
+the albedo pass (:meth:`SkinNet.colour_response`, a 3x3 matrix and offset); one curve
+of the irradiance (:meth:`SkinNet.light_response`, :data:`LIGHT_KNOTS` knots: a cel
+look's hard terminator, shown on the surfaces the keys light, reaches those they show
+only in shadow); one curve of the facing ratio towards one edge colour
+(:meth:`SkinNet.facing_response`, :data:`FACING_KNOTS` knots: the outlines the keys
+show reach every silhouette). All three learn from the first step (the toon look on the
+dance: 19.4 dB with the curves waiting for the textures, 21.2 without). The U-Net
+learns at :data:`NET_RATE` of the base's rate: faster, it fits the keys in ways that
+hold on the keys alone. For the first :data:`TEXTURE_FROM` of the schedule the neural
+texture waits; then it learns what is local (a painted pattern) where the keys show it.
+A surface no key shows keeps the base model's texture under the look's network: the
+base's shading remapped by what the keys show, never a hole. The loss reads only the
+pixels a key paints (the character's mask, and the key's alpha when it has one).
 
 A look is an ordinary model folder (``config.json`` records ``look``: its name, the
 base model's identity and a digest of the keys). ``--look NAME`` writes it inside a
@@ -50,7 +50,7 @@ from .train import Frame, TrainConfig, TrainError, TrainResult, calibrate_steps,
 #: The share of the schedule the neural textures stay still (see the module doc).
 TEXTURE_FROM = 0.4
 DEFAULT_STEPS = 200
-NET_RATE = 0.6  # the fine-tune's network rate, a share of the base's
+NET_RATE = 0.2  # the fine-tune's network rate, a share of the base's
 LIGHT_KNOTS = 33  # the look's light curve: a knot every 0.05 of luminance up to 1.6
 FACING_KNOTS = 21  # the look's facing curve: a knot every 0.05 of the facing ratio
 KEY_ALPHA = 0.5  # a key's pixel counts where its alpha is at least this
@@ -135,6 +135,8 @@ def learn_look(keys: list[Frame], base: Path, cfg: TrainConfig,
         if all(features.offset(mcfg["layout"], n) is not None
                for n in ("normal_world", "view_dir")):
             mcfg["facing_curve"] = FACING_KNOTS
+        if features.offset(mcfg["layout"], "albedo") is not None:
+            mcfg["colour_matrix"] = True
     return train(keys, cfg, previous=[None] * len(keys), resume=resume,
                  fingerprint=bcfg["fingerprint"], model_cfg=mcfg)
 

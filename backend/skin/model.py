@@ -77,6 +77,9 @@ LIGHT_CURVE_LR = 0.1
 #: camera), how far each pixel turns to the look's one edge colour (a cel look's ink
 #: outlines, a painter's rim). Zero at the start: the look starts as its base.
 EDGE_INK = 0.02
+#: The rate of a look's colour transform (``colour_matrix`` in its config): one 3x3
+#: matrix and offset of the albedo pass for the whole character, the identity at the start.
+COLOUR_LR = 0.02
 
 
 def srgb_encode(lin: torch.Tensor) -> torch.Tensor:
@@ -153,6 +156,9 @@ class SkinNet(nn.Module):
         self.facing_curve = nn.Parameter(torch.zeros(fknots)) if fknots > 1 else None
         # the edge colour in display units, ink at the start (outlines are drawn dark)
         self.edge_colour = nn.Parameter(torch.full((3,), EDGE_INK)) if fknots > 1 else None
+        colour = bool(cfg.get("colour_matrix")) and self.alb_at is not None
+        self.colour_matrix = nn.Parameter(torch.eye(3)) if colour else None
+        self.colour_bias = nn.Parameter(torch.zeros(3)) if colour else None
 
     def light_response(self, irradiance: torch.Tensor) -> torch.Tensor:
         """The irradiance as the look's light curve bends it: one curve of the light's
@@ -169,6 +175,16 @@ class SkinNet(nn.Module):
         hat = F.relu(1.0 - (lum - (knots * step).view(1, k, 1, 1)).abs() / step)
         change = (hat * self.light_curve.view(1, k, 1, 1)).sum(1, keepdim=True)
         return F.relu(irradiance * (1.0 + change / lum.clamp(min=LIGHT_FLOOR)))
+
+    def colour_response(self, albedo: torch.Tensor) -> torch.Tensor:
+        """The albedo pass as the look's colour transform moves it: one linear map of the
+        materials' colours for the whole character (a recolour, a skin state), so the
+        colours the keys show change every surface alike, also those no key shows. The
+        identity at the start: the pass itself."""
+        if self.colour_matrix is None:
+            return albedo
+        return (torch.einsum("ij,njhw->nihw", self.colour_matrix, albedo)
+                + self.colour_bias.view(1, 3, 1, 1))
 
     def facing_response(self, image: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """The image turned towards the look's edge colour by the facing curve: ink
@@ -222,7 +238,8 @@ class SkinNet(nn.Module):
         out = self.unet(torch.cat(parts, 1))
         if self.shading:
             spec = None if self.spec_at is None else x[:, self.spec_at:self.spec_at + 3]
-            alb = None if self.alb_at is None else x[:, self.alb_at:self.alb_at + 3]
+            alb = None if self.alb_at is None else self.colour_response(
+                x[:, self.alb_at:self.alb_at + 3])
             irr = self.light_response(x[:, self.irr_at:self.irr_at + 3])
             return self.facing_response(self.shade(out, irr, spec, alb), x)
         return out if self.diffusion else out + 0.5
@@ -261,7 +278,8 @@ class SkinNet(nn.Module):
         tex = list(self.tex) + list(self.grid) if self.use_texture else []
         curves = [p for p in (self.light_curve, self.facing_curve, self.edge_colour)
                   if p is not None]
-        ids = {id(p) for p in tex + curves}
+        colour = [p for p in (self.colour_matrix, self.colour_bias) if p is not None]
+        ids = {id(p) for p in tex + curves + colour}
         rest = [p for p in self.parameters() if id(p) not in ids]
         groups = [{"params": rest, "lr": lr_net, "weight_decay": 1e-4}]
         if tex:
@@ -269,6 +287,8 @@ class SkinNet(nn.Module):
                            "waits": True})
         if curves:  # a few numbers for the whole character: their own, faster rate
             groups.append({"params": curves, "lr": LIGHT_CURVE_LR, "weight_decay": 0.0})
+        if colour:  # a matrix near the identity: smaller steps than the curves' knots
+            groups.append({"params": colour, "lr": COLOUR_LR, "weight_decay": 0.0})
         return groups
 
 

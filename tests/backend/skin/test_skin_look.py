@@ -66,6 +66,7 @@ def test_a_look_learned_from_two_keys_paints_frames_it_never_saw(base, tmp_path)
     assert cfg["look"]["key_frames"] == 2 and cfg["look"]["keys"].startswith("blake2b:")
     assert cfg["model"]["light_curve"] == look.LIGHT_KNOTS  # the look's own light response
     assert cfg["model"]["facing_curve"] == look.FACING_KNOTS  # and its own outlines
+    assert cfg["model"]["colour_matrix"] is True  # and its own colours
     held = synthetic.dataset(8, 48, seed=11)  # other poses and lights than the keys'
     base_model, look_model = runtime.load_model(folder), runtime.load_model(tmp_path / "look")
     before = mean_psnr(base_model, held, recolour)
@@ -135,6 +136,36 @@ def test_a_looks_facing_curve_starts_as_the_base_and_inks_only_grazing_surfaces(
     np.testing.assert_allclose(delta[facing_cam], 0.0, atol=1e-6)
 
 
+def test_a_looks_colour_transform_starts_as_the_base_and_moves_every_colour_alike(base):
+    """A look learns one linear map of the albedo pass for the whole character (a
+    recolour reaches surfaces no key shows): the identity at the start, and a map is
+    exactly the base's shading of the mapped colours (the network's own input is not
+    moved)."""
+    from painted_skin.backend.skin import features
+    from painted_skin.backend.skin.model import SkinNet, net_config
+
+    folder, frames = base
+    cfg = net_config(runtime.read_config(folder))
+    plain = SkinNet(cfg)
+    coloured = SkinNet({**cfg, "colour_matrix": True})
+    own = {k: v for k, v in coloured.state_dict().items() if k.startswith("colour_")}
+    coloured.load_state_dict({**plain.state_dict(), **own})
+    passes = frames[0][0]
+    x = torch.from_numpy(features.frame_features(passes, cfg["layout"], cfg["rest_bounds"])
+                         )[None]
+    def at(name: str) -> torch.Tensor:
+        c = features.offset(cfg["layout"], name)
+        return x[:, c:c + 3]
+
+    with torch.no_grad():
+        assert torch.equal(plain(x), coloured(x))
+        coloured.colour_matrix.copy_(torch.eye(3).flip(1))  # red and blue traded
+        out = plain.unet(torch.cat([plain.surface_features(x), x[:, 6:]], 1))
+        swapped = SkinNet.shade(out, at("irradiance"), at("specular"), at("albedo").flip(1))
+        assert not torch.allclose(plain(x), coloured(x))
+        torch.testing.assert_close(coloured(x), swapped, atol=1e-6, rtol=0)
+
+
 def test_a_looks_curves_learn_while_its_textures_wait(base, tmp_path):
     """The look's curves learn from its first step (before the network fits the keys'
     light and outlines in a way that holds on the keys alone); the textures wait."""
@@ -149,7 +180,7 @@ def test_a_looks_curves_learn_while_its_textures_wait(base, tmp_path):
         net = look.learn_look(look.load_keys(keys), folder, cfg, bcfg["fingerprint"]).net
     learned = {k: v.numpy() for k, v in net.state_dict().items()}
     start = load_file(str(folder / "weights.safetensors"))
-    for name in ("light_curve", "facing_curve"):
+    for name in ("light_curve", "facing_curve", "colour_bias"):
         assert np.abs(learned[name]).max() > 1e-3, f"the {name} did not learn"
     textures = [k for k in start if k.startswith(("tex.", "grid."))]
     assert textures
