@@ -75,7 +75,8 @@ LIGHT_CURVE_LR = 0.1
 #: The facing curve a look learns (``facing_curve`` knots in its config): over the
 #: facing ratio |normal . view| from 0 (grazing: the silhouette) to 1 (facing the
 #: camera), how far each pixel turns to the look's one edge colour (a cel look's ink
-#: outlines, a painter's rim). Zero at the start: the look starts as its base.
+#: outlines, a painter's rim). Zero at the start: the look starts as its base. The edge
+#: colour starts as ink (display units):
 EDGE_INK = 0.02
 #: The rate of a look's colour transform (``colour_matrix`` in its config): one 3x3
 #: matrix and offset of the albedo pass for the whole character, the identity at the start.

@@ -339,9 +339,9 @@ def train(frames: Sequence[Frame], cfg: TrainConfig, *,
         return time.monotonic() - s0
 
     diffusion = mcfg["head"] == "diffusion"
-    # what waits for texture_from: the neural textures (the network first learns what
-    # changes everywhere; a look's curves learn from the start, before the network
-    # learns the keys' light and outlines in a way that holds on the keys alone)
+    # what waits for texture_from: the neural textures (what is local), so what changes
+    # everywhere is learned first by the network and a look's curves and colour
+    # transform, which learn from the start
     textures = [p for g in net.param_groups(0.0, 0.0) if g.get("waits") for p in g["params"]]
     cache: dict[int, np.ndarray] = {}
     t0 = time.monotonic() - elapsed
