@@ -57,6 +57,23 @@ def mean_psnr(model: runtime.SkinModel, frames: list, target, look_option=None) 
     return float(np.mean([r["psnr"] for r in rows]))
 
 
+def base_and_look(folder: Path, frames: list, **look_options):
+    """(config, the base's network, a look's network with ``look_options`` sharing every
+    base weight, its own parameters at their start, first frame's passes, its input)."""
+    from painted_skin.backend.skin import features
+    from painted_skin.backend.skin.model import SkinNet, net_config
+
+    cfg = net_config(runtime.read_config(folder))
+    plain, looked = SkinNet(cfg), SkinNet({**cfg, **look_options})
+    base_weights = plain.state_dict()
+    own = {k: v for k, v in looked.state_dict().items() if k not in base_weights}
+    looked.load_state_dict({**base_weights, **own})
+    passes = frames[0][0]
+    x = torch.from_numpy(features.frame_features(passes, cfg["layout"], cfg["rest_bounds"])
+                         )[None]
+    return cfg, plain, looked, passes, x
+
+
 def test_a_look_learned_from_two_keys_paints_frames_it_never_saw(base, tmp_path):
     folder, frames = base
     keys = write_keys(tmp_path / "keys", frames, [0, 12], alpha=True)
@@ -80,18 +97,10 @@ def test_a_looks_light_curve_starts_as_the_pass_and_bends_only_the_light(base):
     """A look learns one light-response curve for the whole character (a cel look's hard
     terminator reaches surfaces its keys show only in shadow); at its start the look
     paints exactly as its base, and the curve changes nothing where no light falls."""
-    from painted_skin.backend.skin import features
-    from painted_skin.backend.skin.model import SkinNet, net_config
-
     folder, frames = base
-    cfg = net_config(runtime.read_config(folder))
+    cfg, plain, curved, passes, x = base_and_look(folder, frames,
+                                                  light_curve=look.LIGHT_KNOTS)
     assert cfg["shading"], "the tiny base must have the shaded head"
-    plain, curved = SkinNet(cfg), SkinNet({**cfg, "light_curve": look.LIGHT_KNOTS})
-    state = {k: v for k, v in curved.state_dict().items() if k == "light_curve"}
-    curved.load_state_dict({**plain.state_dict(), **state})
-    passes = frames[0][0]
-    x = torch.from_numpy(features.frame_features(passes, cfg["layout"], cfg["rest_bounds"])
-                         )[None]
     with torch.no_grad():
         assert torch.equal(plain(x), curved(x))
         curved.light_curve.fill_(0.4)  # every lit pixel brighter
@@ -110,18 +119,11 @@ def test_a_looks_facing_curve_starts_as_the_base_and_inks_only_grazing_surfaces(
     outlines reach every silhouette); at its start the look paints exactly as its base,
     and raising the grazing end of the curve inks the silhouette, not the surfaces that
     face the camera."""
-    from painted_skin.backend.skin import features
-    from painted_skin.backend.skin.model import EDGE_INK, SkinNet, net_config
+    from painted_skin.backend.skin.model import EDGE_INK
 
     folder, frames = base
-    cfg = net_config(runtime.read_config(folder))
-    plain = SkinNet(cfg)
-    inked = SkinNet({**cfg, "facing_curve": look.FACING_KNOTS})
-    own = {k: v for k, v in inked.state_dict().items() if k in ("facing_curve", "edge_colour")}
-    inked.load_state_dict({**plain.state_dict(), **own})
-    passes = frames[0][0]
-    x = torch.from_numpy(features.frame_features(passes, cfg["layout"], cfg["rest_bounds"])
-                         )[None]
+    _, plain, inked, passes, x = base_and_look(folder, frames,
+                                               facing_curve=look.FACING_KNOTS)
     with torch.no_grad():
         assert torch.equal(plain(x), inked(x))
         inked.facing_curve[:4] = 1.0  # facing ratio under 0.15: all ink; 0.2 and up: none
@@ -142,17 +144,10 @@ def test_a_looks_colour_transform_starts_as_the_base_and_moves_every_colour_alik
     exactly the base's shading of the mapped colours (the network's own input is not
     moved)."""
     from painted_skin.backend.skin import features
-    from painted_skin.backend.skin.model import SkinNet, net_config
+    from painted_skin.backend.skin.model import SkinNet
 
     folder, frames = base
-    cfg = net_config(runtime.read_config(folder))
-    plain = SkinNet(cfg)
-    coloured = SkinNet({**cfg, "colour_matrix": True})
-    own = {k: v for k, v in coloured.state_dict().items() if k.startswith("colour_")}
-    coloured.load_state_dict({**plain.state_dict(), **own})
-    passes = frames[0][0]
-    x = torch.from_numpy(features.frame_features(passes, cfg["layout"], cfg["rest_bounds"])
-                         )[None]
+    cfg, plain, coloured, _, x = base_and_look(folder, frames, colour_matrix=True)
     def at(name: str) -> torch.Tensor:
         c = features.offset(cfg["layout"], name)
         return x[:, c:c + 3]
