@@ -230,7 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
     lk.add_argument("--look", help="add the look under this name to the --out folder "
                     "(restyle --look NAME picks it; the base stays the look 'base')")
     lk.add_argument("--camera", help="camera object, or 'auto' (default: the shot's)")
-    lk.add_argument("--minutes", type=float, help="training time budget (default: 200 steps)")
+    lk.add_argument("--minutes", type=float, help="a time cap: the 100-step schedule "
+                    "shortens to fit it")
     lk.add_argument("--steps", type=int, help="schedule length")
     lk.add_argument("--device", default="cpu", help="cpu or cuda")
     lk.add_argument("--resume", action="store_true", help="continue the last checkpoint")
@@ -314,7 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--key-counts", dest="keys_per_look",
                    help="look: keyframe counts, comma-separated (default: 1,2,4)")
     b.add_argument("--steps", type=int,
-                   help="look: training steps per look (default 200, as learn-look)")
+                   help="look: training steps per look (default 100, as learn-look)")
     b.add_argument("--python", help="look: the Python that trains (default: .venv-backend)")
     b.add_argument("--keep", metavar="DIR", help="look: keep the keys, looks and frames here")
     b.set_defaults(func=cmd_bench)

@@ -70,7 +70,7 @@ from .skin import (
 
 KEY_COUNTS = (1, 2, 4)
 DEFAULT_FRAMES = 24
-DEFAULT_STEPS = 200
+DEFAULT_STEPS = 100  # learn-look's default
 BASELINES = ("key-warp", "uv-bake", "ebsynth")  # ebsynth: when its program is here
 UV_GRID = 256
 # the targets at K = 2 (every look, the mean, and the margin over the best baseline)

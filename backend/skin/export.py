@@ -88,7 +88,8 @@ def export_model(net: SkinNet, model_cfg: dict[str, Any], out_dir: str | os.Path
             "model": {k: model_cfg[k] for k in ("tex_channels", "tex_sizes", "grid_sizes",
                                                  "unet", "use_texture", "shading",
                                                  "light_curve", "facing_curve",
-                                                 "colour_matrix")
+                                                 "colour_matrix", "footprint",
+                                                 "head_gates")
                       if k in model_cfg},
             "graph": GRAPH, "opset": OPSET, "weights": WEIGHTS,
             **(extra or {}),  # e.g. a look's record: its base model and keyframes

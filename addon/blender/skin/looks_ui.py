@@ -54,8 +54,8 @@ class PS_LooksSettings(bpy.types.PropertyGroup):
                               description="The frames that show the most of the character "
                                           "together: paint these")
     minutes: FloatProperty(name="Minutes", default=5.0, min=0.1, max=600.0,
-                           description="Time budget to learn a look (the schedule is fitted "
-                                       "to it)")
+                           description="The most time learning a look may take (its "
+                                       "schedule shortens to fit on a slow machine)")
 
 
 def _settings(context) -> PS_LooksSettings:
