@@ -54,7 +54,7 @@ from . import features, runtime
 from .train import Frame, TrainConfig, TrainError, TrainResult, calibrate_steps, train
 
 #: The share of the schedule the neural textures stay still (see the module doc).
-TEXTURE_FROM = 0.7
+TEXTURE_FROM = 0.5
 DEFAULT_STEPS = 100
 NET_RATE = 0.2  # the fine-tune's network rate, a share of the base's
 LIGHT_KNOTS = 33  # the look's light curve: a knot every 0.05 of luminance up to 1.6
@@ -125,17 +125,18 @@ def look_config(base_cfg: dict[str, Any], steps: int, seed: int = 0, device: str
                        checkpoint=checkpoint)
 
 
-def learn_look(keys: list[Frame], base: Path, cfg: TrainConfig,
-               fingerprint: dict[str, Any], resume: bool = False) -> TrainResult:
-    """Fine-tune the base model at ``base`` on ``keys`` (see the module doc)."""
+def fit_crop(cfg: TrainConfig, keys: list[Frame]) -> TrainConfig:
+    """``cfg`` with its crop no larger than the smallest key (a multiple of 4)."""
+    size = min(min(k[1].shape[:2]) for k in keys)
+    return dataclasses.replace(cfg, crop=min(cfg.crop, size - size % 4))
+
+
+def look_model_config(base_cfg: dict[str, Any]) -> dict[str, Any]:
+    """The look's network: the base's, plus its own curves, colour transform and gates
+    (each as the base at the start) where the base has the inputs they read."""
     from .model import net_config
 
-    bcfg = base_config(base)
-    runtime.check_fingerprint(bcfg, fingerprint, base)
-    size = min(min(k[1].shape[:2]) for k in keys)
-    crop = min(cfg.crop, size - size % 4)
-    cfg = dataclasses.replace(cfg, crop=crop, init_from=str(base))
-    mcfg = net_config(bcfg)
+    mcfg = net_config(base_cfg)
     if mcfg.get("shading"):  # the look's own light response, the base's at the start
         mcfg = {**mcfg, "light_curve": LIGHT_KNOTS, "footprint": True, "head_gates": True}
         if all(features.offset(mcfg["layout"], n) is not None
@@ -143,8 +144,17 @@ def learn_look(keys: list[Frame], base: Path, cfg: TrainConfig,
             mcfg["facing_curve"] = FACING_KNOTS
         if features.offset(mcfg["layout"], "albedo") is not None:
             mcfg["colour_matrix"] = True
+    return mcfg
+
+
+def learn_look(keys: list[Frame], base: Path, cfg: TrainConfig,
+               fingerprint: dict[str, Any], resume: bool = False) -> TrainResult:
+    """Fine-tune the base model at ``base`` on ``keys`` (see the module doc)."""
+    bcfg = base_config(base)
+    runtime.check_fingerprint(bcfg, fingerprint, base)
+    cfg = dataclasses.replace(fit_crop(cfg, keys), init_from=str(base))
     return train(keys, cfg, previous=[None] * len(keys), resume=resume,
-                 fingerprint=bcfg["fingerprint"], model_cfg=mcfg)
+                 fingerprint=bcfg["fingerprint"], model_cfg=look_model_config(bcfg))
 
 
 def key_scores(net: Any, mcfg: dict[str, Any], keys: list[Frame]) -> dict[str, float]:
@@ -216,10 +226,11 @@ def main(argv: list[str] | None = None) -> int:
             cfg = dataclasses.replace(cfg, steps=saved["train_cfg"]["steps"])
         elif a.steps is None and a.minutes:
             # a cap, not a target: a longer schedule fits the keys in ways that hold on
-            # the keys alone (the toon look on the dance: 24.6 dB at 100 steps, 23.1 at
+            # the keys alone (the toon look on the dance: 24.3 dB at 100 steps, 23.1 at
             # 500), so a budget only shortens the recipe's on a slow machine
-            probe = dataclasses.replace(cfg, init_from=str(base))
-            fit = calibrate_steps(keys, probe, a.minutes, previous=[None] * len(keys))
+            probe = dataclasses.replace(fit_crop(cfg, keys), init_from=str(base))
+            fit = calibrate_steps(keys, probe, a.minutes, previous=[None] * len(keys),
+                                  model_cfg=look_model_config(bcfg))
             cfg = dataclasses.replace(cfg, steps=min(DEFAULT_STEPS, fit),
                                       fit_minutes=fit < DEFAULT_STEPS)
             print(f"look: {cfg.steps} steps (the recipe's {DEFAULT_STEPS}; {fit} fit "

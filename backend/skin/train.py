@@ -576,7 +576,8 @@ def previous_frames(folder: str | None, count: int) -> list[int | None]:
 
 
 def calibrate_steps(frames: Sequence[Frame], cfg: TrainConfig, minutes: float,
-                    probe: int = 4, previous: Sequence[int | None] | None = None) -> int:
+                    probe: int = 4, previous: Sequence[int | None] | None = None,
+                    model_cfg: dict[str, Any] | None = None) -> int:
     """How many steps fit ``minutes`` on this machine: a few timed steps of a throwaway
     run (the cosine schedule must end when the budget does, not be cut off mid-way)."""
     trial = dataclasses.replace(cfg, steps=probe + 2, minutes=None, checkpoint=None,
@@ -585,7 +586,7 @@ def calibrate_steps(frames: Sequence[Frame], cfg: TrainConfig, minutes: float,
     n = max(1, min(len(frames), 64))
     prev = None if previous is None else [p if p is not None and p < n else None
                                           for p in previous[:n]]
-    train(frames[:n], trial, previous=prev,
+    train(frames[:n], trial, previous=prev, model_cfg=model_cfg,
           on_step=lambda _s, _l: stamps.append(time.monotonic()))
     # From the end of the first step on: it pays the one-time allocations and warm-up.
     per_step = (stamps[-1] - stamps[0]) / (len(stamps) - 1)

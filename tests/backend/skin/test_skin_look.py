@@ -282,6 +282,20 @@ def test_a_looks_curves_learn_while_its_textures_wait(base, tmp_path):
         np.testing.assert_array_equal(learned[k], start[k])
 
 
+def test_a_time_budget_caps_the_looks_schedule_and_never_lengthens_it(base, tmp_path,
+                                                                     monkeypatch):
+    """``--minutes`` (the panel's Minutes) only shortens a look's schedule on a slow
+    machine: a longer one fits the keys in ways that hold on the keys alone."""
+    folder, frames = base
+    monkeypatch.setattr(look, "DEFAULT_STEPS", 6)  # many more fit 5 minutes here
+    keys = write_keys(tmp_path / "keys", frames, [0])
+    with torch_threads(2):
+        assert look.main(["--keys", str(keys), "--base", str(folder), "--out",
+                          str(tmp_path / "look"), "--minutes", "5", "--device", "cpu"]) == 0
+    report = json.loads((tmp_path / "look" / runtime.REPORT).read_text())
+    assert report["steps"] == 6
+
+
 def test_looks_share_one_folder_and_mix_smoothly(base, tmp_path):
     folder, frames = base
     out = tmp_path / "character"
