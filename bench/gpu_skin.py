@@ -11,10 +11,11 @@ check is cut at that seam: ``pack`` (here) copies frames that ``train-skin`` and
   character), within ``--minutes``; its report gives steps, s/step and the held-out PSNR
   against training minutes (the same figures ``train-skin`` prints);
 - **learn-look**: ``python -m painted_skin.backend.skin.look`` on each look's K painted
-  keys from the embedded model, ``--look-steps`` steps (``bench look``'s), timed as wall
-  time; the look then paints every frame of its shot (ONNX, onnxruntime, chained as
-  ``restyle`` chains them) and is scored on the non-key frames against Cycles' render of
-  the look (:func:`bench.scoring.score`, as ``bench look`` scores it).
+  keys from the embedded model, ``learn-look``'s default steps as ``bench look``
+  (``--look-steps`` others), timed as wall time; the look then paints every frame of
+  its shot (ONNX, onnxruntime, chained as ``restyle`` chains them) and is scored on the
+  non-key frames against Cycles' render of the look (:func:`bench.scoring.score`, as
+  ``bench look`` scores it).
 
 Last line::
 
@@ -156,7 +157,7 @@ def load_shot(folder: Path) -> Shot:
     return Shot(folder.name, frames, passes, truth)
 
 
-def run_looks(data: Path, work: Path, device: str, steps: int) -> list[dict]:
+def run_looks(data: Path, work: Path, device: str, steps: int | None) -> list[dict]:
     """Each packed look learned from its keys, then scored on its shot's other frames."""
     from ..backend.skin import runtime
 
@@ -166,7 +167,8 @@ def run_looks(data: Path, work: Path, device: str, steps: int) -> list[dict]:
         _, look, k = keys.name.split("_")
         out = work / f"look_{look}_{k}"
         seconds = _trainer("look", ["--keys", str(keys), "--base", str(BASE_MODEL), "--out",
-                                    str(out), "--steps", str(steps), "--device", device],
+                                    str(out), *(["--steps", str(steps)] if steps else []),
+                                    "--device", device],
                            work / f"look_{look}_{k}.log")
         report = json.loads((out / runtime.REPORT).read_text())
         key_frames = sorted(int(m.group(1)) for p in keys.iterdir()
@@ -204,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     rn.add_argument("--data", type=Path, default=ROOT / ".gpudata")
     rn.add_argument("--device", default="cuda")
     rn.add_argument("--minutes", type=float, default=2.0, help="train-skin's budget")
-    rn.add_argument("--look-steps", type=int, default=200, help="steps per look")
+    rn.add_argument("--look-steps", type=int,
+                    help="steps per look (default: learn-look's, as bench look)")
     rn.add_argument("--batch", type=int, help="train-skin's batch (the trainer's default: 16)")
     rn.add_argument("--skip", choices=("train", "looks"), action="append", default=[])
     rn.add_argument("--json", type=Path, help="write the figures here")
