@@ -30,8 +30,9 @@ from ..passes.beauty import beauty_settings, render_beauty  # noqa: F401 (the tr
 from ..passes.geometry import ShotGeometry
 from ..passes.render import PassOptions, iter_frames
 
-DATASET_VERSION = 7  # 3: irradiance, 4: specular, 5: albedo, 6: albedo over the pixel filter,
-# 7: albedo, irradiance and specular over the film's filter (its true 3 px window)
+DATASET_VERSION = 8  # 3: irradiance, 4: specular, 5: albedo, 6: albedo over the pixel filter,
+# 7: albedo, irradiance and specular over the film's filter (its true 3 px window),
+# 8: close-ups and steeper cameras in the orbits
 # What the skin model reads (skeleton is not needed: the geometry is all here).
 PASSES = ("depth", "normal", "mask", "parts", "motion", "rest_position", "uv",
           "normal_world", "view_dir", "light_visibility", "irradiance", "specular", "albedo")
@@ -88,6 +89,17 @@ class DatasetSpec:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+#: The training cameras' range: elevation (degrees, low to high angle) and distance (in
+#: character heights: 1 frames the whole body). A share of the orbits are close-ups, and
+#: a share look from steeper angles (the rest from near eye level, as most shots do).
+ELEVATION_DEG = (-8.0, 32.0)
+STEEP_ELEVATION_DEG = ((-22.0, -8.0), (32.0, 50.0))  # from below, from above
+DISTANCE = (0.8, 1.7)
+CLOSE_UP_DISTANCE = (0.35, 0.7)
+CLOSE_UP_SHARE = 0.3
+STEEP_SHARE = 0.3
+
+
 @dataclass
 class Orbit:
     """A camera circling the character over one clip."""
@@ -101,12 +113,19 @@ class Orbit:
 
     @classmethod
     def random(cls, rng: np.random.Generator) -> Orbit:
+        """A random orbit, a close-up (the head and chest, or a hand, filling the
+        frame) in :data:`CLOSE_UP_SHARE` of them and from a steep angle in
+        :data:`STEEP_SHARE`. A network paints well only at the scales and angles it
+        trained on: without close-ups its texture detail blurred on a head-and-shoulders
+        shot."""
+        close, steep, above = rng.uniform(size=3) < (CLOSE_UP_SHARE, STEEP_SHARE, 0.5)
+        elevation = STEEP_ELEVATION_DEG[int(above)] if steep else ELEVATION_DEG
         return cls(azimuth0=float(rng.uniform(0, 2 * math.pi)),
                    turn=float(rng.uniform(-1, 1) * math.radians(150)),
-                   elevation=float(math.radians(rng.uniform(-8, 32))),
-                   distance=float(rng.uniform(0.8, 1.7)),
+                   elevation=float(math.radians(rng.uniform(*elevation))),
+                   distance=float(rng.uniform(*(CLOSE_UP_DISTANCE if close else DISTANCE))),
                    lens=float(rng.uniform(30, 85)),
-                   aim_height=float(rng.uniform(0.3, 0.75)))
+                   aim_height=float(rng.uniform(0.3, 0.9 if close else 0.75)))
 
 
 @dataclass(frozen=True)
