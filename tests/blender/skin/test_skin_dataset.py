@@ -58,8 +58,6 @@ def test_the_training_cameras_take_close_ups_and_views_from_below_and_above():
     angles beside full-body views near eye level: a network paints only the scales and
     angles it saw, and the bench's close-up (0.45 heights), low (-14°) and high (45°)
     cameras are ones an animator uses."""
-    import math
-
     from painted_skin.addon.blender.skin import dataset as D
 
     rng = np.random.default_rng(0)  # as build_dataset draws a spec of seed 0
@@ -70,7 +68,6 @@ def test_the_training_cameras_take_close_ups_and_views_from_below_and_above():
     assert (elevation <= -14).sum() >= 2 and (elevation >= 40).sum() >= 2
     level = (np.abs(elevation - 8) <= 16) & (distance >= 0.8)
     assert level.sum() >= 15  # most views stay whole-body, near eye level
-    assert all(math.isfinite(o.lens) and 30 <= o.lens <= 85 for o in orbits)
 
 
 def test_varied_rigs_light_every_other_clip_anew_and_put_the_scene_back(demo_arm, tmp_path,
