@@ -54,7 +54,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return bench_skin(model=args.model, frames=args.frames, size=args.size,
                           cameras=args.cameras.split(",") if args.cameras else None,
                           lights=args.lights.split(",") if args.lights else None,
-                          character=args.character, blend=args.stabilize)
+                          character=args.character, blend=args.stabilize,
+                          converged=args.converged)
     if args.what == "look":
         from .bench.look import main as bench_look
 
@@ -310,6 +311,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--stabilize", type=float,
                    help="skin: the serving blend with the previous output (default 0, "
                         "as restyle: the network's own frames)")
+    b.add_argument("--converged", type=int, metavar="SAMPLES",
+                   help="skin: also score Cycles at SAMPLES (e.g. 128) per cell: where a "
+                        "nearly noise-free render's warp ratio falls (slow)")
     b.add_argument("--looks", help="look: the looks, comma-separated (default: "
                                    "ill,toon,hatched)")
     b.add_argument("--key-counts", dest="keys_per_look",

@@ -115,6 +115,37 @@ def test_bench_refuses_a_serving_blend_outside_its_range(tmp_path):
         main(model=str(tmp_path), blend=1.5)
 
 
+def test_bench_refuses_a_converged_render_no_better_than_the_reference(tmp_path):
+    from painted_skin.bench.skin import SkinBenchError, main
+
+    with pytest.raises(SkinBenchError, match=r"--converged 16: give more samples than the "
+                                             r"training target's 16 \(e\.g\. 128\)"):
+        main(model=str(REPO / "rigs" / "skin_models" / "demo"), converged=16)
+
+
+def test_the_targets_line_names_warp_misses_the_converged_render_shares():
+    """A cell below the band where Cycles at many samples is below it too is the
+    reference's noise, not lost detail: the line says so; a miss on the other side, or
+    without a converged render, stays a plain miss."""
+    from painted_skin.bench.skin import ShotResult, summary, target_line
+
+    def cell(name: str, model: float, cv: float | None) -> ShotResult:
+        rows = {"model": {"psnr": 30.0, "ssim": 0.98, "flip": 0.05, "warp_ratio": model,
+                          "ms": 10.0}}
+        if cv is not None:
+            rows["converged"] = {"warp_ratio": cv, "ssim": 0.99}
+        return ShotResult(name, [1, 2], rows, 100.0)
+
+    cells = [cell("a/low/scene", 0.70, 0.74), cell("b/low/scene", 0.70, 0.95),
+             cell("c/low/scene", 1.30, 0.70), cell("d/low/scene", 0.90, 0.70),
+             cell("e/low/scene", 0.75, None), cell("f/low/scene", 1.20, 1.15)]
+    line = target_line(summary(cells), cells)
+    assert "cells outside the warp band (5): a/low/scene, b/low/scene, c/low/scene, " \
+           "e/low/scene, f/low/scene" in line
+    assert line.endswith("the converged Cycles render is outside on the same side (2): "
+                         "a/low/scene, f/low/scene")
+
+
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
     """A skin model trained here for seconds (64², 4 frames a clip, 4 samples): enough to
@@ -136,7 +167,8 @@ def tiny_model(tmp_path_factory) -> Path:
 def test_bench_skin_prints_the_matrix_and_its_worst_cells(tiny_model, capsys):
     from painted_skin.bench.skin import main
 
-    assert main(model=str(tiny_model), frames=3, cameras=["demo", "behind"]) == 0
+    assert main(model=str(tiny_model), frames=3, cameras=["demo", "behind"],
+                converged=8) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     last = LAST_LINE.match(lines[-1])
     assert last, lines[-1]
@@ -150,8 +182,10 @@ def test_bench_skin_prints_the_matrix_and_its_worst_cells(tiny_model, capsys):
     cells = {}
     for row in rows:
         name, *values = row.split()
-        p, s_, f, w, uv_p, pm_p, ms, cyc = (float(v) for v in values)
+        p, s_, f, w, uv_p, pm_p, ms, cyc, cv_w, cv_s = (float(v) for v in values)
         assert 0 < p < 100 and 0 < s_ <= 1 and 0 <= f <= 1 and ms > 0 and cyc > 0, row
+        # Cycles at 8 samples against itself at 4: close, not identical
+        assert cv_w > 0 and 0.5 < cv_s < 1, row
         assert 0 < uv_p < 100 and 0 < pm_p < 100, row
         cells[name] = p
     assert min(cells.values()) == pytest.approx(min_psnr, abs=0.01)
