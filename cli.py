@@ -245,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--character", required=True,
                    help="the rigged character (.blend .glb .gltf .fbx), or 'demo'")
     t.add_argument("--out", required=True, help="model folder to write")
-    t.add_argument("--minutes", type=float, help="training time budget (default: 20, or "
+    t.add_argument("--minutes", type=float, help="training time budget (default: 12, or "
                    "none with --steps: the schedule runs whole)")
     t.add_argument("--size", type=int, default=128, help="render size: 128 or 256")
     t.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -254,12 +254,13 @@ def build_parser() -> argparse.ArgumentParser:
                                     ".venv-backend/bin/python)")
     t.add_argument("--cache", help="where training renders are kept and reused (default: "
                                    "~/.cache/painted-skin/skin-data)")
-    t.add_argument("--frames-per-clip", type=int, default=48)
+    t.add_argument("--frames-per-clip", type=int, default=24,
+                   help="training frames rendered from each motion (default 24)")
     t.add_argument("--samples", type=int, default=16, help="Cycles samples (denoised)")
     t.add_argument("--steps", type=int, help="schedule length (default: fits --minutes)")
-    t.add_argument("--temporal", action="store_true",
-                   help="feed the previous output warped by the motion vectors (steadier "
-                        "shots; the embedded demo model is trained so)")
+    t.add_argument("--temporal", action=argparse.BooleanOptionalAction, default=True,
+                   help="feed the previous output warped by the motion vectors (default: "
+                        "on; steadier shots, and the embedded demo model is trained so)")
     t.add_argument("--lights", choices=("scene", "varied"), default="varied",
                    help="varied (default): every other clip under a random light rig, so "
                         "the model paints by the scene's lights (the irradiance pass) "

@@ -44,7 +44,7 @@ class PS_SkinSettings(bpy.types.PropertyGroup):
                               options=PATH_OPTIONS,
                               description="Where Train writes the skin model (config, ONNX "
                                           "graph, report)")
-    minutes: FloatProperty(name="Minutes", default=20.0, min=0.01, max=24 * 60,
+    minutes: FloatProperty(name="Minutes", default=12.0, min=0.01, max=24 * 60,
                            description="Training time budget (the schedule is fitted to it)")
     size: EnumProperty(name="Size", default="128", items=[
         ("128", "128²", "Fast; the default on a CPU"),
@@ -293,7 +293,7 @@ class PS_OT_train_skin(TrainerOperator, bpy.types.Operator):
     bl_label = "Train Skin Model"
     done_text = "skin model trained"
 
-    frames_per_clip: IntProperty(name="Frames per Clip", default=48, min=2,
+    frames_per_clip: IntProperty(name="Frames per Clip", default=24, min=2,
                                  options={"HIDDEN"},
                                  description="Training frames rendered from each motion")
     samples: IntProperty(name="Samples", default=16, min=1, options={"HIDDEN"},
