@@ -122,9 +122,10 @@ CHECKS: list[tuple[str, Callable[[Context, Check], Steps]]] = [
     ("train", lambda c, k: check_train(c, k, False)),
     ("train_cancel", lambda c, k: check_train(c, k, True)),
     ("train_esc", lambda c, k: check_train(c, k, True, "esc")),
+    # Before the two that open a file: the panel as it is with the character in it.
+    ("panel_shots", check_panel_shots),
     ("open_file_while_running", check_open_file_while_running),
     ("undo_while_running", check_undo_while_running),
-    ("panel_shots", check_panel_shots),
     ("preview_keeps_the_editors", check_preview_keeps_the_editors),
     # Last: they open the demo shot in place of the retargeted character.
     ("engine_viewport", check_engine_viewport),

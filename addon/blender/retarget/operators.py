@@ -137,6 +137,16 @@ def running_job() -> RetargetJob | None:
     return job if job is not None and not job.finished else None
 
 
+def stopped_line(stopped: str, e: Exception) -> str:
+    """The report of a job an unexpected error ended: data removed under it (a file
+    opened, undo, the character deleted) is said so, with what to do; anything else
+    keeps its type and message for a bug report."""
+    if isinstance(e, ReferenceError):
+        return (f"{stopped}: the character or its scene was removed while it ran (a file "
+                "opened, undo, or a deletion); run it again")
+    return f"{stopped}: {type(e).__name__}: {e}"
+
+
 class SteppedJobModal:
     """The timer loop of the panel's retarget operators (one clip, a batch): each tick
     runs one slice of the job (``step()``), Esc or the Cancel button asks it to stop,
@@ -163,7 +173,7 @@ class SteppedJobModal:
         except Exception as e:  # also the scene changed under it (an object deleted, undo)
             job.cancel()
             self.report({"ERROR"}, str(e) if isinstance(e, RetargetError)
-                        else f"{self._stopped}: {type(e).__name__}: {e}")
+                        else stopped_line(self._stopped, e))
             ended = True
         _redraw_sidebars(context)
         if not ended:

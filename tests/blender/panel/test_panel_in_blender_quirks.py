@@ -46,6 +46,23 @@ def test_cancelling_the_batch_file_browser_is_not_an_error(bpy_clean):
     BrowserClosed().cancel(bpy_clean.context)
 
 
+def test_a_job_whose_character_was_removed_says_so_not_a_python_error(bpy_clean):
+    """Undo or a file opened while a retarget runs removes the data under it: the report
+    says what happened and what to do, not Blender's ReferenceError text."""
+    from painted_skin.addon.blender.retarget.operators import stopped_line
+
+    ob = bpy_clean.data.objects.new("Gone", None)
+    bpy_clean.data.objects.remove(ob)
+    try:
+        ob.name  # noqa: B018 - the access Blender refuses once the object is gone
+    except ReferenceError as e:
+        line = stopped_line("retarget stopped", e)
+    assert line.startswith("retarget stopped: the character or its scene was removed")
+    assert "run it again" in line and "StructRNA" not in line
+    other = stopped_line("retarget stopped", ValueError("bad bone"))
+    assert other == "retarget stopped: ValueError: bad bone"
+
+
 def _python_without_painted_skin(tmp_path: Path) -> Path:
     """A real Python that cannot import painted_skin (no site-packages)."""
     exe = tmp_path / "python"
