@@ -324,15 +324,17 @@ def _outside_band(w: float) -> int:
 def warp_misses(cells: list[ShotResult]) -> tuple[list[str], list[str]]:
     """The cells whose warp ratio is outside the band, and of those the ones where the
     converged Cycles render (when measured) is outside on the same side: there the
-    band asks the painting for the reference's noise, not for detail."""
+    band asks the painting for the reference's noise, not for detail. A cell without a
+    warp ratio (no pair of frames to warp) is a miss too: the band is not shown met."""
     miss, shared = [], []
     for c in cells:
-        side = _outside_band(c.rows["model"]["warp_ratio"])
-        if not side:
+        w = c.rows["model"]["warp_ratio"]
+        side = _outside_band(w)
+        if math.isfinite(w) and not side:
             continue
         miss.append(c.name)
         cv = c.rows.get("converged")
-        if cv is not None and _outside_band(cv["warp_ratio"]) == side:
+        if side and cv is not None and _outside_band(cv["warp_ratio"]) == side:
             shared.append(c.name)
     return miss, shared
 

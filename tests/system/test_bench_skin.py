@@ -138,10 +138,11 @@ def test_the_targets_line_names_warp_misses_the_converged_render_shares():
 
     cells = [cell("a/low/scene", 0.70, 0.74), cell("b/low/scene", 0.70, 0.95),
              cell("c/low/scene", 1.30, 0.70), cell("d/low/scene", 0.90, 0.70),
-             cell("e/low/scene", 0.75, None), cell("f/low/scene", 1.20, 1.15)]
+             cell("e/low/scene", 0.75, None), cell("f/low/scene", 1.20, 1.15),
+             cell("g/low/scene", math.nan, math.nan)]
     line = target_line(summary(cells), cells)
-    assert "cells outside the warp band (5): a/low/scene, b/low/scene, c/low/scene, " \
-           "e/low/scene, f/low/scene" in line
+    assert "cells outside the warp band (6): a/low/scene, b/low/scene, c/low/scene, " \
+           "e/low/scene, f/low/scene, g/low/scene" in line
     assert line.endswith("the converged Cycles render is outside on the same side (2): "
                          "a/low/scene, f/low/scene")
 
