@@ -57,6 +57,9 @@ from .train import Frame, TrainConfig, TrainError, TrainResult, calibrate_steps,
 TEXTURE_FROM = 0.5
 DEFAULT_STEPS = 100
 NET_RATE = 0.2  # the fine-tune's network rate, a share of the base's
+#: The fine-tune's SSIM weight (the reconstruction loss's): the one the looks were
+#: measured with, not train-skin's.
+LOOK_SSIM_WEIGHT = 0.2
 LIGHT_KNOTS = 33  # the look's light curve: a knot every 0.05 of luminance up to 1.6
 FACING_KNOTS = 21  # the look's facing curve: a knot every 0.05 of the facing ratio
 KEY_ALPHA = 0.5  # a key's pixel counts where its alpha is at least this
@@ -120,7 +123,8 @@ def look_config(base_cfg: dict[str, Any], steps: int, seed: int = 0, device: str
     previous output to learn from: a key has no painted neighbour)."""
     lr_texture, lr_net = base_rates(base) if base is not None else base_rates(Path())
     return TrainConfig(seed=seed, steps=steps, batch=16, crop=64, lr_texture=lr_texture,
-                       lr_net=NET_RATE * lr_net, temporal=bool(base_cfg.get("temporal")),
+                       lr_net=NET_RATE * lr_net, ssim_weight=LOOK_SSIM_WEIGHT,
+                       temporal=bool(base_cfg.get("temporal")),
                        texture_from=TEXTURE_FROM, device=device, minutes=minutes,
                        checkpoint=checkpoint)
 

@@ -54,7 +54,10 @@ class TrainConfig:
     crop: int = 64
     lr_texture: float = 2e-3
     lr_net: float = 5e-4
-    ssim_weight: float = 0.2
+    # (1 - SSIM) against L1: SSIM scores the fine detail (a 1.5 px window) where the
+    # painting's misses are; measured on the KayKit mannequin (1400 steps, held out):
+    # 0.2 reads 32.18 dB / 0.966, 1.0 32.33 / 0.968, 3.0 32.35 / 0.968
+    ssim_weight: float = 3.0
     group_weights: dict[str, float] | None = None  # the mapping losses (model.PART_GROUPS)
     temporal: bool = False
     temporal_noise: float = 0.04
