@@ -55,8 +55,9 @@ class TrainConfig:
     lr_texture: float = 2e-3
     lr_net: float = 5e-4
     # (1 - SSIM) against L1: SSIM scores the fine detail (a 1.5 px window) where the
-    # painting's misses are; measured on the KayKit mannequin (1400 steps, held out):
-    # 0.2 reads 32.18 dB / 0.966, 1.0 32.33 / 0.968, 3.0 32.35 / 0.968
+    # painting's misses are. The KayKit mannequin from the embedded network, held out:
+    # 0.2 reads 32.18 dB / 0.966 (train-skin's 12 minutes, 1507 steps); 1400 steps at
+    # 1.0 32.33 / 0.968, at 3.0 32.35 / 0.968, at 10 32.33 / 0.968 (levelled off)
     ssim_weight: float = 3.0
     group_weights: dict[str, float] | None = None  # the mapping losses (model.PART_GROUPS)
     temporal: bool = False
