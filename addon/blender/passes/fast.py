@@ -256,6 +256,12 @@ def _albedo(geo: ShotGeometry, g: FrameGeometry, s: _Surface, one_tap: bool = Fa
     return albedo(surf.sources, surf.tri_source[s.t], uvs, grads, one_tap)
 
 
+def _shading_normals(g: FrameGeometry, s: _Surface) -> np.ndarray:
+    """(N, 3) unit smooth normals at the samples (the corner normals interpolated)."""
+    ns = np.einsum("nk,nkc->nc", s.b[:, :, 0], g.corner_normals[s.t])
+    return ns / np.maximum(np.linalg.norm(ns, axis=1), 1e-12)[:, None]
+
+
 def _canonical_passes(geo: ShotGeometry, g: FrameGeometry, frag: Fragments,
                       want: set[str], film: bool = True) -> dict[str, np.ndarray]:
     """rest_position, uv, albedo, view_dir, light_visibility, irradiance and specular from
@@ -263,6 +269,7 @@ def _canonical_passes(geo: ShotGeometry, g: FrameGeometry, frag: Fragments,
     :data:`FILM_FILTERED`; ``film`` False: at the pixel's centre)."""
     from ...core.passes.irradiance import irradiance, specular
     from ...core.passes.shadow import light_visibility
+    from ...core.passes.world_light import world_light
 
     out: dict[str, np.ndarray] = {}
     m = frag.mask
@@ -289,6 +296,13 @@ def _canonical_passes(geo: ShotGeometry, g: FrameGeometry, frag: Fragments,
                               edges)
     if "view_dir" in want:
         out["view_dir"] = _scatter(m, s1.view)
+    if "world_light" in want:
+        # At the pixel's centre: the sky's occlusion is soft, unlike a lamp's shadow edge.
+        # The smooth normal on the side the camera sees (a cape's back shows the sky too).
+        ns = _shading_normals(g, s1)
+        ns *= np.where(np.einsum("ij,ij->i", ns, s1.ng) < 0, -1.0, 1.0)[:, None]
+        out["world_light"] = _scatter(m, world_light(s1.p, s1.ng, ns, g.positions, geo.tris,
+                                                     geo.world_colour))
     if not want & {"light_visibility", "irradiance", "specular"}:
         return out
     lights = [li.emission() for li in g.lights]
@@ -306,8 +320,7 @@ def _canonical_passes(geo: ShotGeometry, g: FrameGeometry, frag: Fragments,
         return out
 
     def shade(s: _Surface, v: np.ndarray) -> dict[str, np.ndarray]:
-        ns = np.einsum("nk,nkc->nc", s.b[:, :, 0], g.corner_normals[s.t])
-        ns /= np.maximum(np.linalg.norm(ns, axis=1), 1e-12)[:, None]
+        ns = _shading_normals(g, s)
         res = {}
         if "irradiance" in want:
             res["irradiance"] = irradiance(s.p, ns, v, lights)

@@ -166,6 +166,50 @@ def training_sun() -> SceneLight:
                       energy=TRAINING_SUN_ENERGY)
 
 
+#: The world train-skin gives a character file without one (what a new world's Background
+#: node renders in Blender 5.0), and the world_light pass's world for a shot without one.
+TRAINING_WORLD_COLOUR = (0.05, 0.05, 0.05)
+
+
+def world_colour(scene: bpy.types.Scene) -> tuple[np.ndarray, str | None]:
+    """(the world's light as one linear colour, its strength included; a warning or
+    None). The world_light pass lights by it. Cycles renders a world's node tree: the
+    active World Output's Background node, its Color (an Environment Texture read as its
+    image's mean) times its Strength. Other trees are read as the world's viewport
+    colour, and the warning says so; a scene without a world gets the training world."""
+    world = scene.world
+    if world is None:
+        return np.asarray(TRAINING_WORLD_COLOUR, np.float64), (
+            "the scene has no world: its world light is the training world's")
+    tree = world.node_tree  # Blender 5 renders every world by its nodes (use_nodes: gone)
+    if tree is None:
+        return np.array(world.color[:3], np.float64), None
+    outs = [n for n in tree.nodes if n.type == "OUTPUT_WORLD"]
+    out = next((n for n in outs if n.is_active_output), outs[0] if outs else None)
+    if out is None or not out.inputs["Surface"].is_linked:
+        return np.zeros(3), None  # Cycles renders a world without output black
+    node = out.inputs["Surface"].links[0].from_node
+    approx = (np.array(world.color[:3], np.float64),
+              f"world {world.name!r}: its node tree is read as its viewport colour "
+              "(the world_light pass knows a Background node's colour or image)")
+    if node.type != "BACKGROUND" or node.inputs["Strength"].is_linked:
+        return approx
+    colour = node.inputs["Color"]
+    strength = float(node.inputs["Strength"].default_value)
+    if not colour.is_linked:
+        return np.array(colour.default_value[:3], np.float64) * strength, None
+    tex = colour.links[0].from_node
+    image = getattr(tex, "image", None) if tex.type == "TEX_ENVIRONMENT" else None
+    if image is None or not image.size[0]:
+        return approx
+    px = np.empty(image.size[0] * image.size[1] * image.channels, np.float32)
+    image.pixels.foreach_get(px)
+    rgb = px.reshape(-1, image.channels)[:, :3].astype(np.float64)
+    if not image.is_float and image.colorspace_settings.name == "sRGB":
+        rgb = np.where(rgb <= 0.04045, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+    return rgb.mean(axis=0) * strength, None
+
+
 def scene_lights(scene: bpy.types.Scene) -> list[bpy.types.Object]:
     """The lights that render, by name (a stable order every farm worker agrees on)."""
     return sorted((o for o in scene.objects if o.type == "LIGHT" and not o.hide_render
@@ -250,6 +294,7 @@ class ShotGeometry:
         if n_lights > MAX_LIGHTS:
             self.light_warning = (f"the scene has {n_lights} lights: light_visibility carries "
                                   f"the first {MAX_LIGHTS} by name")
+        self.world_colour, self.world_warning = world_colour(scene)
         self._surface: SurfaceAttributes | None = None
         self._albedo = None
 

@@ -30,11 +30,11 @@ from .geometry import (
 
 PASSES = ("depth", "normal", "skeleton", "mask", "parts", "motion", "beauty",
           "rest_position", "uv", "normal_world", "view_dir", "light_visibility", "irradiance",
-          "specular", "albedo")
+          "specular", "world_light", "albedo")
 #: Passes for a per-character neural renderer: the fast engine makes them from the
 #: fragments (triangle + barycentrics) of the one rasterisation all passes share.
 CANONICAL_PASSES = ("rest_position", "uv", "normal_world", "view_dir", "light_visibility",
-                    "irradiance", "specular", "albedo")
+                    "irradiance", "specular", "world_light", "albedo")
 DEFAULT_PASSES = ("depth", "normal", "skeleton", "mask", "parts", "motion")
 MIN_SIZE, MAX_SIZE = 16, 8192
 MANIFEST_VERSION = 1
@@ -55,6 +55,7 @@ FILES = {
     "light_visibility": [("light_visibility", "exr")],
     "irradiance": [("irradiance", "exr")],
     "specular": [("specular", "exr")],
+    "world_light": [("world_light", "exr")],
     "albedo": [("albedo", "exr")],
 }
 
@@ -218,6 +219,8 @@ def build_manifest(opts: PassOptions, near: float, far: float, geo: ShotGeometry
         "armature": geo.armature.name if geo.armature else None,
         "bone_map": geo.bone_map,
         "lights": _shot_lights(geo),
+        **({"world": {"color": [float(x) for x in geo.world_colour]}}
+           if "world_light" in opts.passes else {}),
         **({"rest_box": rest_box(geo)} if "rest_position" in opts.passes else {}),
         "shot": shot_identity(geo),
         "versions": {"blender": bpy.app.version_string, "numpy": np.__version__,
@@ -308,7 +311,7 @@ def check_manifest(out: Path, manifest: dict) -> None:
         old["passes"], old["shot"] = passes, new_shot  # a manifest from before "shot": adopt
         old["files"] = files  # files a newer version adds (depth8) are listed too
         old["conventions"] = {**manifest["conventions"], **old.get("conventions", {})}
-        for key in ("lights", "rest_box", "beauty"):  # what passes added to a folder need
+        for key in ("lights", "world", "rest_box", "beauty"):  # what passes added to a folder need
             if key in manifest and key not in old:
                 old[key] = manifest[key]
         write_json_atomic(path, old)

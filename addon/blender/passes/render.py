@@ -73,7 +73,7 @@ def _cycles_frames(scene, frames: list[int], opts: PassOptions) -> Iterator[tupl
 
     want = set(opts.passes)
     extras = set()
-    if want & {"view_dir", "light_visibility", "irradiance", "specular"}:
+    if want & {"view_dir", "light_visibility", "irradiance", "specular", "world_light"}:
         extras.add("position")
     if want & {"rest_position", "uv"}:
         extras.add("canonical")
@@ -129,6 +129,24 @@ def _cycles_canonical(scene: bpy.types.Scene, g: FrameGeometry, arrays: dict,
                 light[m] = specular(pos[m], arrays["normal_world"][m], view[m], vis[m],
                                     emissions)
             arrays[name] = light
+
+
+def _world_light(geo: ShotGeometry, g: FrameGeometry, arrays: dict) -> np.ndarray:
+    """The world_light pass of a Cycles frame: its Position and Normal passes under the
+    fast engine's sky (the same shadow maps, so the two engines' passes agree)."""
+    from ...core.passes.world_light import world_light
+
+    m, pos = arrays["mask"], arrays["position"]
+    n = arrays["normal_world"][m].astype(np.float64)
+    n /= np.maximum(np.linalg.norm(n, axis=1), 1e-12)[:, None]
+    if g.camera.ortho:
+        view = np.broadcast_to(g.camera.world[:3, 2], n.shape)
+    else:
+        view = g.camera.world[:3, 3] - pos[m].astype(np.float64)
+    n_seen = np.where((np.einsum("ij,ij->i", n, view) < 0)[:, None], -n, n)
+    out = np.zeros(m.shape + (3,), np.float32)
+    out[m] = world_light(pos[m], n_seen, n_seen, g.positions, geo.tris, geo.world_colour)
+    return out
 
 
 def _write_frame(out: Path, f: int, arrays: dict, opts: PassOptions, near: float, far: float,
@@ -188,7 +206,7 @@ def _write_frame(out: Path, f: int, arrays: dict, opts: PassOptions, near: float
         write_exr(path("normal_world", "exr"), arrays["normal_world"], ["X", "Y", "Z"])
     if "view_dir" in want:
         write_exr(path("view_dir", "exr"), arrays["view_dir"], ["X", "Y", "Z"])
-    for name in ("irradiance", "specular", "albedo"):
+    for name in ("irradiance", "specular", "world_light", "albedo"):
         if name in want:
             write_exr(path(name, "exr"), arrays[name], ["R", "G", "B"])
     if "light_visibility" in want:
@@ -287,6 +305,8 @@ def _cycles_iter(scene: bpy.types.Scene, geo: ShotGeometry, opts: PassOptions,
         _check_camera_outside(geo, g)
         if "parts" in want:
             arrays["parts"] = fast_frame(geo, g, None, None, {"parts"})["parts"]
+        if "world_light" in want:
+            arrays["world_light"] = _world_light(geo, g, arrays)
         _cycles_canonical(scene, g, arrays, want)
         skel = skeleton_pass(g, arrays["depth"], geo.head_rest) if joints else None
         yield f, g, arrays, skel
@@ -316,6 +336,8 @@ def make_passes(scene: bpy.types.Scene, opts: PassOptions, out: Path,
     warnings = list(geo.warnings) if "skeleton" in want else []
     if "light_visibility" in want and geo.light_warning:
         warnings.append(geo.light_warning)
+    if "world_light" in want and geo.world_warning:
+        warnings.append(geo.world_warning)
     approximated = geo.albedo_surface().approximated \
         if "albedo" in want and opts.engine == "fast" else []
     if approximated:

@@ -101,6 +101,10 @@ class PS_PassesSettings(bpy.types.PropertyGroup):
                                description="The scene lights reflected toward the camera by a "
                                            "reference glossy surface (highlights, rim light), "
                                            "shadowed")
+    use_world_light: BoolProperty(name="World Light", default=False,
+                                  description="The world's light on a white surface "
+                                              "(Cycles' Diffuse Direct from the world): "
+                                              "darker where the body hides the sky")
     use_albedo: BoolProperty(name="Albedo", default=False,
                              description="The materials' base colour, linear (Cycles' "
                                          "Diffuse Color): image textures read at their UV map")

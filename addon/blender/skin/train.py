@@ -170,7 +170,7 @@ def dataset_specs(req: TrainRequest) -> tuple[D.DatasetSpec, D.DatasetSpec]:
 def ensure_lighting(scene: bpy.types.Scene) -> None:
     """Training needs fixed world lighting: a character file without lights gets the
     demo's sun and a neutral world (the same every run)."""
-    from ..passes.geometry import TRAINING_SUN_ENERGY, TRAINING_SUN_EULER
+    from ..passes.geometry import TRAINING_SUN_ENERGY, TRAINING_SUN_EULER, TRAINING_WORLD_COLOUR
 
     if not any(o.type == "LIGHT" for o in scene.objects):
         sun_data = bpy.data.lights.new("SkinSun", "SUN")
@@ -180,7 +180,10 @@ def ensure_lighting(scene: bpy.types.Scene) -> None:
         scene.collection.objects.link(sun)
     if scene.world is None:
         world = bpy.data.worlds.new("SkinWorld")
-        world.color = (0.2, 0.2, 0.22)
+        world.color = TRAINING_WORLD_COLOUR
+        bg = world.node_tree.nodes.get("Background") if world.node_tree else None
+        if bg is not None:  # what renders: the node tree's Background
+            bg.inputs["Color"].default_value = (*TRAINING_WORLD_COLOUR, 1.0)
         scene.world = world
 
 

@@ -101,6 +101,12 @@ CONVENTIONS = {
                 "black Principled BSDF), times each light's colour and light_visibility; 0 "
                 "where empty. Highlights and the Fresnel rim of a light from behind. "
                 "Filtered over the pixel as irradiance is",
+    "world_light": "EXR float32 R,G,B linear: the world's direct diffuse light on a white "
+                   "surface (Cycles' Diffuse Direct pass with the lamps hidden): the "
+                   "manifest's world colour (its strength included) times the "
+                   "cosine-weighted share of open sky the visible side of the point sees "
+                   "(1 under an open sky, less in creases, armpits, under the chin), over "
+                   "32 directions by shadow maps; 0 where empty. At the pixel's centre",
     "albedo": "EXR float32 R,G,B linear: the surface's base colour as its material "
               "gives it (Principled BSDF Base Color times 1 - Metallic: Cycles' Diffuse "
               "Color pass), image textures read at their UV map; 0 where empty. Fast "
@@ -114,6 +120,9 @@ CONVENTIONS = {
               "direction towards the light (a sun's light travels along -direction), "
               "linear colour and energy (a sun's strength, else watts); "
               "the manifest gives them at the scene's first frame, camera/####.json per frame",
+    "world": "with world_light: color, the world's light as one linear colour (its "
+             "Background's colour, an environment image's mean, times its strength; "
+             "a scene without a world: the training world's)",
 }
 
 
