@@ -302,7 +302,7 @@ def _canonical_passes(geo: ShotGeometry, g: FrameGeometry, frag: Fragments,
         ns = _shading_normals(g, s1)
         ns *= np.where(np.einsum("ij,ij->i", ns, s1.ng) < 0, -1.0, 1.0)[:, None]
         out["world_light"] = _scatter(m, world_light(s1.p, s1.ng, ns, g.positions, geo.tris,
-                                                     geo.world_colour))
+                                                     geo.world[0]))
     if not want & {"light_visibility", "irradiance", "specular"}:
         return out
     lights = [li.emission() for li in g.lights]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import bpy
 import numpy as np
@@ -294,9 +295,15 @@ class ShotGeometry:
         if n_lights > MAX_LIGHTS:
             self.light_warning = (f"the scene has {n_lights} lights: light_visibility carries "
                                   f"the first {MAX_LIGHTS} by name")
-        self.world_colour, self.world_warning = world_colour(scene)
         self._surface: SurfaceAttributes | None = None
         self._albedo = None
+
+    @cached_property
+    def world(self) -> tuple[np.ndarray, str | None]:
+        """(:func:`world_colour`, its warning), read once: an environment image is read
+        whole. Read it on the main thread (``render.iter_frames`` does) before a worker
+        rasterises: only that thread may touch Blender's data."""
+        return world_colour(self.scene)
 
     def _evaluated(self, ob: bpy.types.Object):
         dg = self.depsgraph or bpy.context.evaluated_depsgraph_get()

@@ -219,7 +219,7 @@ def build_manifest(opts: PassOptions, near: float, far: float, geo: ShotGeometry
         "armature": geo.armature.name if geo.armature else None,
         "bone_map": geo.bone_map,
         "lights": _shot_lights(geo),
-        **({"world": {"color": [float(x) for x in geo.world_colour]}}
+        **({"world": {"color": [float(x) for x in geo.world[0]]}}
            if "world_light" in opts.passes else {}),
         **({"rest_box": rest_box(geo)} if "rest_position" in opts.passes else {}),
         "shot": shot_identity(geo),

@@ -145,7 +145,7 @@ def _world_light(geo: ShotGeometry, g: FrameGeometry, arrays: dict) -> np.ndarra
         view = g.camera.world[:3, 3] - pos[m].astype(np.float64)
     n_seen = np.where((np.einsum("ij,ij->i", n, view) < 0)[:, None], -n, n)
     out = np.zeros(m.shape + (3,), np.float32)
-    out[m] = world_light(pos[m], n_seen, n_seen, g.positions, geo.tris, geo.world_colour)
+    out[m] = world_light(pos[m], n_seen, n_seen, g.positions, geo.tris, geo.world[0])
     return out
 
 
@@ -232,6 +232,8 @@ def _write_frame(out: Path, f: int, arrays: dict, opts: PassOptions, near: float
 def iter_frames(scene: bpy.types.Scene, geo: ShotGeometry, opts: PassOptions,
                 frames: list[int]) -> Iterator[tuple[int, FrameGeometry, dict, tuple | None]]:
     """The engine: yields (frame, geometry, pass arrays, skeleton image+JSONs or None)."""
+    if "world_light" in opts.passes:
+        _ = geo.world  # read here, on the main thread, not by the fast engine's worker
     it = (_cycles_iter(scene, geo, opts, frames) if opts.engine == "cycles"
           else _fast_iter(geo, opts, frames))
     if "beauty" not in opts.passes:
@@ -336,8 +338,8 @@ def make_passes(scene: bpy.types.Scene, opts: PassOptions, out: Path,
     warnings = list(geo.warnings) if "skeleton" in want else []
     if "light_visibility" in want and geo.light_warning:
         warnings.append(geo.light_warning)
-    if "world_light" in want and geo.world_warning:
-        warnings.append(geo.world_warning)
+    if "world_light" in want and geo.world[1]:
+        warnings.append(geo.world[1])
     approximated = geo.albedo_surface().approximated \
         if "albedo" in want and opts.engine == "fast" else []
     if approximated:

@@ -11,7 +11,7 @@ The integral is estimated over :data:`DIRECTIONS` directions spread evenly over 
 sphere (a Fibonacci lattice), each direction's visibility by one sun shadow map
 (:func:`shadow.light_visibility`): measured on the demo walk and the KayKit mannequin
 against Cycles' Diffuse Direct pass at 512 samples, mean error 0.011-0.015 of the
-world's colour, correlation 0.98, for 0.08-0.12 s a 128² frame on one core.
+world's colour, correlation 0.98, for 0.11-0.13 s a 128² frame.
 
 Why a pass: the shading a world-lit body shows, in one image, for compositing and as a
 control image. It is not a skin-model input: measured on the KayKit mannequin, the model
@@ -27,7 +27,8 @@ import numpy as np
 from .shadow import Light, light_visibility
 
 #: Directions the sky is sampled in: 32 reads Cycles' pass to 0.011-0.015 (mean over a
-#: frame); the error is the shadow maps' and the lattice's, not noise, so frames agree.
+#: frame; 64 at 128² read no closer); the error is the shadow maps' and the lattice's,
+#: with no sampling noise.
 DIRECTIONS = 32
 #: Shadow-map side of each direction: the occlusion is soft (32 directions overlap), so
 #: a coarse map is enough. On the demo walk (128² frame) against Cycles: 128 reads mean
