@@ -93,11 +93,12 @@ def _cycles_frames(scene, frames: list[int], opts: PassOptions) -> Iterator[tupl
         yield f, out
 
 
-def _cycles_canonical(scene: bpy.types.Scene, g: FrameGeometry, arrays: dict,
-                      want: set[str]) -> None:
-    """view_dir, light_visibility, irradiance and specular of a Cycles frame, from its
-    Position pass (the light visibility ray-traced: see
-    ``cycles_passes.ray_light_visibility``)."""
+def _cycles_canonical(scene: bpy.types.Scene, geo: ShotGeometry, g: FrameGeometry,
+                      arrays: dict, want: set[str]) -> None:
+    """view_dir, light_visibility, irradiance, specular and world_light of a Cycles frame,
+    from its Position pass (the light visibility ray-traced: see
+    ``cycles_passes.ray_light_visibility``; the world's by the fast engine's shadow maps,
+    so the two engines' world_light agree)."""
     from .cycles import ray_light_visibility
 
     cam, m = g.camera, arrays["mask"]
@@ -111,6 +112,15 @@ def _cycles_canonical(scene: bpy.types.Scene, g: FrameGeometry, arrays: dict,
         view = view / np.maximum(np.linalg.norm(view, axis=-1, keepdims=True), 1e-12)
     if "view_dir" in want:
         arrays["view_dir"] = np.where(m[..., None], view, 0.0).astype(np.float32)
+    if "world_light" in want:
+        from ...core.passes.world_light import world_light
+
+        n = arrays["normal_world"][m].astype(np.float64)
+        n /= np.maximum(np.linalg.norm(n, axis=1), 1e-12)[:, None]
+        n = np.where((np.einsum("ij,ij->i", n, view[m]) < 0)[:, None], -n, n)  # seen side
+        arrays["world_light"] = np.zeros(m.shape + (3,), np.float32)
+        arrays["world_light"][m] = world_light(pos[m], n, n, g.positions, geo.tris,
+                                               geo.world[0])
     if want & {"light_visibility", "irradiance", "specular"}:
         from ...core.passes.irradiance import irradiance, specular
 
@@ -129,24 +139,6 @@ def _cycles_canonical(scene: bpy.types.Scene, g: FrameGeometry, arrays: dict,
                 light[m] = specular(pos[m], arrays["normal_world"][m], view[m], vis[m],
                                     emissions)
             arrays[name] = light
-
-
-def _world_light(geo: ShotGeometry, g: FrameGeometry, arrays: dict) -> np.ndarray:
-    """The world_light pass of a Cycles frame: its Position and Normal passes under the
-    fast engine's sky (the same shadow maps, so the two engines' passes agree)."""
-    from ...core.passes.world_light import world_light
-
-    m, pos = arrays["mask"], arrays["position"]
-    n = arrays["normal_world"][m].astype(np.float64)
-    n /= np.maximum(np.linalg.norm(n, axis=1), 1e-12)[:, None]
-    if g.camera.ortho:
-        view = np.broadcast_to(g.camera.world[:3, 2], n.shape)
-    else:
-        view = g.camera.world[:3, 3] - pos[m].astype(np.float64)
-    n_seen = np.where((np.einsum("ij,ij->i", n, view) < 0)[:, None], -n, n)
-    out = np.zeros(m.shape + (3,), np.float32)
-    out[m] = world_light(pos[m], n_seen, n_seen, g.positions, geo.tris, geo.world[0])
-    return out
 
 
 def _write_frame(out: Path, f: int, arrays: dict, opts: PassOptions, near: float, far: float,
@@ -307,9 +299,7 @@ def _cycles_iter(scene: bpy.types.Scene, geo: ShotGeometry, opts: PassOptions,
         _check_camera_outside(geo, g)
         if "parts" in want:
             arrays["parts"] = fast_frame(geo, g, None, None, {"parts"})["parts"]
-        if "world_light" in want:
-            arrays["world_light"] = _world_light(geo, g, arrays)
-        _cycles_canonical(scene, g, arrays, want)
+        _cycles_canonical(scene, geo, g, arrays, want)
         skel = skeleton_pass(g, arrays["depth"], geo.head_rest) if joints else None
         yield f, g, arrays, skel
 
