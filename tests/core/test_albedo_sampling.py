@@ -14,6 +14,7 @@ from painted_skin.addon.core.passes.albedo import (
     sample_footprint,
     sample_nearest,
     srgb_to_linear,
+    texture_islands,
     uv_gradients,
 )
 
@@ -118,3 +119,23 @@ def test_uv_gradients_follow_perspective() -> None:
     edge_on = np.array([[[0, 0, -2], [1, 0, -2], [1, 0, -3]]], np.float64)
     uv = np.array([[[0, 0], [1, 0], [0, 1]]], np.float64)
     assert np.isinf(uv_gradients(project, edge_on, np.array([[0.3, 0.3, 0.4]]), uv)).all()
+
+
+def test_texture_islands_part_at_uv_seams_and_materials_and_join_across_shared_uvs() -> None:
+    """A strip of four triangles: the first two share their edge's UVs (one island), the
+    third meets the second at the same vertices with other UVs (a seam), the fourth
+    shares the third's UVs but has another material; a second UV map continuous
+    everywhere does not hide the seam of the first."""
+    tris = np.array([[0, 1, 2], [1, 3, 2], [2, 3, 4], [3, 5, 4]])
+    uv = np.array([[[0, 0], [1, 0], [0, 1]], [[1, 0], [1, 1], [0, 1]],
+                   [[5, 1], [6, 1], [5, 2]], [[6, 1], [6, 2], [5, 2]]], np.float32)
+    smooth = np.arange(24, dtype=np.float32).reshape(4, 3, 2)
+    smooth[1, 0], smooth[1, 2] = smooth[0, 1], smooth[0, 2]
+    smooth[2, 0], smooth[2, 1] = smooth[1, 2], smooth[1, 1]
+    smooth[3, 0], smooth[3, 2] = smooth[2, 1], smooth[2, 2]
+    ids = texture_islands(tris, np.zeros(4, int), {None: uv})
+    assert ids[0] == ids[1] and ids[1] != ids[2] and ids[2] == ids[3]
+    ids = texture_islands(tris, np.array([0, 0, 0, 1]), {None: uv, "second": smooth})
+    assert len(set(ids[:2])) == 1 and len({ids[1], ids[2], ids[3]}) == 3
+    assert len(set(texture_islands(tris, np.zeros(4, int), {"second": smooth}))) == 1
+    assert texture_islands(np.zeros((0, 3), int), np.zeros(0, int), {}).shape == (0,)

@@ -111,9 +111,11 @@ def shadow_resolution(cam) -> int:
 #: holds a silhouette, a rim highlight or a shadow's edge): sub-pixel samples on a
 #: FILM_SAMPLES² grid per pixel, weighted by Cycles' pixel filter (Blackman-Harris,
 #: ±1.5 px) over the surface they hit (the film's colour where the surface covers part
-#: of the window).
+#: of the window). 3² rather than 2²: a KayKit mannequin's albedo against Cycles'
+#: Diffuse Color (128², SSIM) reads 0.993 at 2², 0.996 at 3², 0.9965 at 4², for 0.18,
+#: 0.20 and 0.27 s a frame of every training pass.
 FILM_FILTERED = frozenset({"albedo", "irradiance", "specular"})
-FILM_SAMPLES = 2
+FILM_SAMPLES = 3
 
 
 @dataclass
@@ -157,10 +159,11 @@ def _subpixel_surface(geo: ShotGeometry, g: FrameGeometry, n: int) -> _Surface:
     return _surface(geo, g, fine, frag)
 
 
-def _edge_pixels(mask: np.ndarray, sub: _Surface, tri_source: np.ndarray) -> np.ndarray:
+def _edge_pixels(mask: np.ndarray, sub: _Surface, island: np.ndarray) -> np.ndarray:
     """(H, W): covered pixels holding or bordering a change of surface among the
     sub-pixel samples: a silhouette, a step in depth (one part in front of another) or a
-    change of material. Elsewhere the centre's footprint-filtered albedo already is what
+    change of texture island (``island``, per triangle: a material or a UV seam).
+    Elsewhere the centre's footprint-filtered albedo already is what
     the film holds, so only near these do the samples count (the albedo is the costly
     pass)."""
     h, w = mask.shape
@@ -168,7 +171,7 @@ def _edge_pixels(mask: np.ndarray, sub: _Surface, tri_source: np.ndarray) -> np.
     tri = sub.frag.tri
     covered = tri >= 0
     depth = np.where(covered, sub.frag.depth, 0.0)
-    src = np.where(covered, tri_source[np.maximum(tri, 0)], -1)
+    src = np.where(covered, island[np.maximum(tri, 0)], -1)
     flag = np.zeros_like(covered)
     for axis in (0, 1):
         a = [slice(None)] * 2
@@ -289,7 +292,7 @@ def _canonical_passes(geo: ShotGeometry, g: FrameGeometry, frag: Fragments,
         # The texture is footprint-filtered at each pixel already; only where the
         # window spans more than one surface do the samples (the costly reads) count.
         edges = None if sub is None else _dilate(
-            _edge_pixels(m, sub, geo.albedo_surface().tri_source))
+            _edge_pixels(m, sub, geo.texture_islands))
         near = None if edges is None else _only(sub, _dilate(edges))
         out["albedo"] = _film(m, _albedo(geo, g, s1), near,
                               None if near is None else _albedo(geo, g, near, one_tap=True),

@@ -407,6 +407,15 @@ class ShotGeometry:
                 self.surface_attributes().corner_uvs)
         return self._albedo
 
+    @cached_property
+    def texture_islands(self) -> np.ndarray:
+        """(T,) the run of continuously textured triangles each triangle is in (UV seams
+        and material changes part them; ``core.passes.albedo.texture_islands``)."""
+        from ...core.passes.albedo import texture_islands
+
+        surf = self.albedo_surface()
+        return texture_islands(self.tris, surf.tri_source, surf.corner_uvs)
+
     def _vertex_parts(self, ob: bpy.types.Object, me) -> np.ndarray:
         """Part id per vertex from its dominant deforming bone's canonical joint."""
         n = len(me.vertices)

@@ -297,3 +297,55 @@ def albedo(sources: list[AlbedoSource], source_of: np.ndarray,
             read = sample_footprint(src, uvs[name][sel], None if grad is None else grad[sel])
         out[sel] = read[:, :3] * col
     return out
+
+
+def texture_islands(tris: np.ndarray, source_of: np.ndarray,
+                    corner_uvs: dict[str | None, np.ndarray]) -> np.ndarray:
+    """(T,) int32: one id per run of triangles the texture reads continuously.
+
+    Two triangles are joined where they share an edge (two vertices) with the same
+    source and the same UVs at both ends in every map; a UV seam (the same edge, other
+    texels) or a change of material parts them. The film filter has to mix the two sides
+    of such a boundary from its sub-pixel samples; inside an island the footprint filter
+    at the pixel's centre already holds what the film averages. Without the seams, the
+    flat-coloured UV islands of a palette texture (each face group its own colour) met
+    in a hard step where Cycles' film blends them over 1.5 px."""
+    tris = np.asarray(tris, np.int64)
+    t = len(tris)
+    if t == 0:
+        return np.zeros(0, np.int32)
+    tri_id = np.repeat(np.arange(t), 3)
+    a, b = tris.reshape(-1), tris[:, [1, 2, 0]].reshape(-1)
+    flip = a > b
+    lo, hi = np.where(flip, b, a), np.where(flip, a, b)
+    # The UVs at the edge's low and high vertex, every map, as exact floats: a
+    # continuous edge repeats its loops' values bit for bit.
+    cols = [lo, hi, np.repeat(np.asarray(source_of, np.int64), 3)]
+    for uv in corner_uvs.values():
+        u0 = uv.reshape(-1, 2)
+        u1 = uv[:, [1, 2, 0]].reshape(-1, 2)
+        ulo, uhi = np.where(flip[:, None], u1, u0), np.where(flip[:, None], u0, u1)
+        cols += [c.astype(np.float32).view(np.int32).astype(np.int64)
+                 for c in (ulo[:, 0], ulo[:, 1], uhi[:, 0], uhi[:, 1])]
+    key = np.stack(cols, 1)
+    order = np.lexsort(key.T[::-1])
+    same = (key[order[1:]] == key[order[:-1]]).all(axis=1)
+    pa, pb = tri_id[order[1:]][same], tri_id[order[:-1]][same]
+    label = np.arange(t)
+    # Connected components by hooking to the smaller label and pointer jumping: a few
+    # sweeps over the pairs (no scipy in Blender's Python).
+    while True:
+        la, lb = label[pa], label[pb]
+        m = np.minimum(la, lb)
+        new = label.copy()
+        np.minimum.at(new, la, m)
+        np.minimum.at(new, lb, m)
+        while True:
+            jumped = new[new]
+            if (jumped == new).all():
+                break
+            new = jumped
+        if (new == label).all():
+            break
+        label = new
+    return np.unique(label, return_inverse=True)[1].astype(np.int32)

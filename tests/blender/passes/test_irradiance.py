@@ -11,22 +11,29 @@ import numpy as np
 from test_canonical_passes import _camera, _plane, run_engines
 
 
-def _cycles_diffuse_direct(bpy, tmp_path, size: int) -> np.ndarray:
+def cycles_pass(bpy, tmp_path, size: int | tuple[int, int], name: str = "Diffuse Direct",
+                samples: int = 64) -> np.ndarray:
+    """Cycles' ``name`` pass (RGB) through the scene's own pixel filter, undenoised."""
     from painted_skin.addon.blender.passes.image_io import read_exr_layers
 
     scene = bpy.context.scene
     scene.render.engine = "CYCLES"
-    scene.cycles.samples = 64
+    scene.cycles.samples = samples
     scene.cycles.use_denoising = False
-    scene.render.resolution_x = scene.render.resolution_y = size
+    scene.render.resolution_x, scene.render.resolution_y = \
+        (size, size) if isinstance(size, int) else size
     scene.render.resolution_percentage = 100
     vl = scene.view_layers[0]
-    vl.use_pass_diffuse_direct = True
+    setattr(vl, "use_pass_" + name.lower().replace(" ", "_"), True)
     scene.render.image_settings.media_type = "MULTI_LAYER_IMAGE"
     scene.render.filepath = str(tmp_path / "ref.exr")
     bpy.ops.render.render(write_still=True)
     layers = read_exr_layers(tmp_path / "ref.exr")
-    return np.stack([layers[f"{vl.name}.Diffuse Direct.{c}"] for c in "RGB"], -1)
+    return np.stack([layers[f"{vl.name}.{name}.{c}"] for c in "RGB"], -1)
+
+
+def _cycles_diffuse_direct(bpy, tmp_path, size: int) -> np.ndarray:
+    return cycles_pass(bpy, tmp_path, size)
 
 
 def _lit_scene(bpy):
