@@ -50,7 +50,8 @@ WIRE_PASSES: dict[str, WirePass] = {p.name: p for p in (
     WirePass("light_visibility", "uint8", 4, flag=True, canonical=True),
     # The scene's direct light on a white surface, linear (may exceed 1: float16's range).
     WirePass("irradiance", "float16", 3, canonical=True),
-    # The same lights reflected toward the camera by a reference glossy surface.
+    # The same lights reflected toward the camera by a glossy surface of the material's
+    # roughness.
     WirePass("specular", "float16", 3, canonical=True),
     # The materials' base colour, linear 0..1.
     WirePass("albedo", "float16", 3, canonical=True),

@@ -53,3 +53,22 @@ def test_the_highlight_sits_at_the_mirror_direction_and_the_rim_grows_at_grazing
     rim = _one((0, 0, 1), (-math.sin(graze), 0, math.cos(graze)),
                _sun((math.sin(graze), 0, math.cos(graze))))
     assert rim[0] > _one((0, 0, 1), (0, 0, 1), _sun((0, 0, 1)))[0]
+
+
+def test_a_roughness_per_point_is_each_points_own_lobe() -> None:
+    """The surface's roughness, one per point, gives each point the lobe a single value
+    would: a rough point's highlight is wider and lower than a smooth one's."""
+    n = 5
+    pts = np.zeros((n, 3))
+    normals = np.tile([0.0, 0.0, 1.0], (n, 1))
+    ang = np.radians(np.linspace(0, 40, n))
+    view = np.stack([np.sin(ang), np.zeros(n), np.cos(ang)], 1)
+    sun = [_sun([0.0, 0.0, 1.0])]
+    vis = np.ones((n, 1))
+    rough = np.array([0.2, 0.5, 1.0, 0.5, 0.2])
+    together = specular(pts, normals, view, vis, sun, roughness=rough)
+    for k in range(n):
+        alone = specular(pts[k:k + 1], normals[k:k + 1], view[k:k + 1], vis[k:k + 1], sun,
+                         roughness=float(rough[k]))
+        np.testing.assert_allclose(together[k], alone[0], rtol=1e-5)
+    assert together[0, 0] > together[1, 0] > together[2, 0]

@@ -247,12 +247,35 @@ def _dilate(pixels: np.ndarray) -> np.ndarray:
     return grown
 
 
+def _surface_uvs(geo: ShotGeometry, s: _Surface) -> dict[str | None, np.ndarray]:
+    """Every UV map the materials read, at the samples."""
+    return {k: (s.b * v[s.t]).sum(axis=1) for k, v in geo.albedo_surface().corner_uvs.items()}
+
+
+def surface_roughness(geo: ShotGeometry, s: _Surface) -> np.ndarray:
+    """(N,) the materials' roughness at the samples (their images read at the point)."""
+    from ...core.passes.albedo import albedo
+
+    surf = geo.albedo_surface()
+    return albedo(surf.roughness, surf.tri_source[s.t], _surface_uvs(geo, s))[:, 0]
+
+
+def roughness_image(geo: ShotGeometry, g: FrameGeometry) -> np.ndarray:
+    """(H, W) the materials' roughness at each pixel's centre (NaN where uncovered), for
+    an engine whose passes come from elsewhere (Cycles has no roughness pass)."""
+    cam = g.camera
+    frag = rasterize_culled(cam.to_camera(g.positions), geo.tris, geo.cullable, cam)
+    out = np.full(frag.mask.shape, np.nan, np.float32)
+    out[frag.mask] = surface_roughness(geo, _surface(geo, g, cam, frag))
+    return out
+
+
 def _albedo(geo: ShotGeometry, g: FrameGeometry, s: _Surface, one_tap: bool = False
             ) -> np.ndarray:
     from ...core.passes.albedo import albedo, uv_gradients
 
     surf = geo.albedo_surface()
-    uvs = {k: (s.b * v[s.t]).sum(axis=1) for k, v in surf.corner_uvs.items()}
+    uvs = _surface_uvs(geo, s)
     cam_corners = s.cam.to_camera(g.positions[geo.tris[s.t]])
     grads = {k: uv_gradients(s.cam.project, cam_corners, s.b[:, :, 0], v[s.t])
              for k, v in surf.corner_uvs.items()}
@@ -328,7 +351,8 @@ def _canonical_passes(geo: ShotGeometry, g: FrameGeometry, frag: Fragments,
         if "irradiance" in want:
             res["irradiance"] = irradiance(s.p, ns, v, lights)
         if "specular" in want:
-            res["specular"] = specular(s.p, ns, s.view, v, lights)
+            res["specular"] = specular(s.p, ns, s.view, v, lights,
+                                       roughness=surface_roughness(geo, s))
         return res
 
     centre = shade(s1, vis[0])

@@ -32,6 +32,7 @@ from .fast import (  # noqa: F401
     box_of,
     fast_frame,
     rasterize_culled,
+    roughness_image,
     shadow_resolution,
     skeleton_pass,
 )
@@ -129,6 +130,12 @@ def _cycles_canonical(scene: bpy.types.Scene, geo: ShotGeometry, g: FrameGeometr
         if "light_visibility" in want:
             arrays["light_visibility"] = vis
         emissions = [li.emission() for li in g.lights]
+        if "specular" in want:
+            from ...core.passes.irradiance import SPECULAR_ROUGHNESS
+
+            rough = roughness_image(geo, g)
+            # A pixel Cycles covers and the raster does not (a silhouette's edge).
+            rough = np.where(np.isnan(rough), SPECULAR_ROUGHNESS, rough)[m]
         for name in ("irradiance", "specular"):
             if name not in want:
                 continue
@@ -137,7 +144,7 @@ def _cycles_canonical(scene: bpy.types.Scene, geo: ShotGeometry, g: FrameGeometr
                 light[m] = irradiance(pos[m], arrays["normal_world"][m], vis[m], emissions)
             else:
                 light[m] = specular(pos[m], arrays["normal_world"][m], view[m], vis[m],
-                                    emissions)
+                                    emissions, roughness=rough)
             arrays[name] = light
 
 
@@ -336,6 +343,11 @@ def make_passes(scene: bpy.types.Scene, opts: PassOptions, out: Path,
         warnings.append("albedo: the viewport colour stands for material(s) "
                         f"{', '.join(approximated)} (a node tree the fast engine does not "
                         "read); the cycles engine renders them exactly")
+    rough = geo.albedo_surface().rough_approximated if "specular" in want else []
+    if rough:
+        warnings.append("specular: the viewport roughness stands for material(s) "
+                        f"{', '.join(rough)} (a Roughness input the passes do not read: a "
+                        "constant or an Image Texture reads exactly)")
     frame_now = scene.frame_current
     try:
         if opts.near is not None and opts.far is not None:

@@ -99,7 +99,8 @@ class PS_PassesSettings(bpy.types.PropertyGroup):
                                              "surface (Cycles' Diffuse Direct), shadowed")
     use_specular: BoolProperty(name="Specular", default=False,
                                description="The scene lights reflected toward the camera by a "
-                                           "reference glossy surface (highlights, rim light), "
+                                           "glossy surface of the material's roughness "
+                                           "(highlights, rim light), "
                                            "shadowed")
     use_world_light: BoolProperty(name="World Light", default=False,
                                   description="The world's light on a white surface "

@@ -97,10 +97,11 @@ CONVENTIONS = {
                   "covered ones): shadow edges and outlines blend as in the render; "
                   "cycles engine: at the pixel's centre",
     "specular": "EXR float32 R,G,B linear: the lights' direct light reflected toward the "
-                "camera by a reference glossy dielectric (GGX, roughness 0.6, F0 0.04: a "
-                "black Principled BSDF), times each light's colour and light_visibility; 0 "
-                "where empty. Highlights and the Fresnel rim of a light from behind. "
-                "Filtered over the pixel as irradiance is",
+                "camera by a glossy dielectric of the material's roughness (GGX, F0 0.04: "
+                "a black Principled BSDF; 0.6 where the roughness is not read), times "
+                "each light's colour and light_visibility; 0 where empty. Highlights and "
+                "the Fresnel rim of a light from behind. Filtered over the pixel as "
+                "irradiance is",
     "world_light": "EXR float32 R,G,B linear: the world's direct diffuse light on a white "
                    "surface (Cycles' Diffuse Direct pass with the lamps hidden): the "
                    "manifest's world colour (its strength included) times the "

@@ -18,10 +18,10 @@ Why a pass: the skin model paints albedo times *this*, so the scene's lights (mo
 recoloured, a second one) reach the painting as the renderer would light them,
 instead of the one light rig its training saw.
 
-``specular`` is the same lights reflected toward the camera by a reference glossy
-dielectric (GGX, Principled BSDF's F0 of 0.04): the highlights and the Fresnel rim a
-light behind the character draws, which no diffuse term carries and a network cannot
-infer without the light's direction.
+``specular`` is the same lights reflected toward the camera by a glossy dielectric of
+the surface's roughness (GGX, Principled BSDF's F0 of 0.04): the highlights and the
+Fresnel rim a light behind the character draws, which no diffuse term carries and a
+network cannot infer without the light's direction.
 """
 
 from __future__ import annotations
@@ -87,31 +87,35 @@ def irradiance(points: np.ndarray, normals: np.ndarray, visibility: np.ndarray,
     return out.astype(np.float32)
 
 
-#: The reference glossy surface of the ``specular`` pass: Principled BSDF's default
-#: dielectric (IOR 1.5: F0 = 0.04) at a middle roughness. One lobe, not the
-#: character's own roughness: the skin model scales it per pixel, and a broad lobe
-#: carries what back and rim light need (Fresnel at grazing angles).
+#: The ``specular`` pass's dielectric: Principled BSDF's default (IOR 1.5: F0 = 0.04),
+#: at the surface's own roughness where the caller reads it (the passes do), else this
+#: middle one. The lobe's shape has to be the material's: the skin model scales the pass
+#: per pixel but cannot reshape it, and on a KayKit mannequin (roughness 1) Cycles'
+#: Glossy Direct correlates 0.69 with a lobe of 0.6 and 0.98 with its own (key behind).
 SPECULAR_ROUGHNESS = 0.6
 SPECULAR_F0 = 0.04
 
 
-def _smith_g1_over_cos(cos: np.ndarray, alpha2: float) -> np.ndarray:
+def _smith_g1_over_cos(cos: np.ndarray, alpha2: float | np.ndarray) -> np.ndarray:
     """Smith's GGX masking G1(x) divided by x (finite as x -> 0)."""
     return 2.0 / (cos + np.sqrt(alpha2 + (1.0 - alpha2) * cos * cos))
 
 
 def specular(points: np.ndarray, normals: np.ndarray, view: np.ndarray,
              visibility: np.ndarray, lights: Sequence[LightEmission],
-             roughness: float = SPECULAR_ROUGHNESS, f0: float = SPECULAR_F0) -> np.ndarray:
+             roughness: float | np.ndarray = SPECULAR_ROUGHNESS, f0: float = SPECULAR_F0
+             ) -> np.ndarray:
     """(N, 3) float32: the lights' direct light a glossy dielectric reflects toward the
     camera (GGX microfacets, Smith masking, Schlick Fresnel), in the render's linear
-    units: the radiance a black Principled BSDF of ``roughness`` shows, shadowed by
-    ``visibility``. ``view`` (N, 3): unit directions from the surface to the camera."""
+    units: the radiance a black Principled BSDF of ``roughness`` (one value, or (N,),
+    the surface's own) shows, shadowed by ``visibility``. ``view`` (N, 3): unit
+    directions from the surface to the camera."""
     points = np.asarray(points, np.float64).reshape(-1, 3)
     n = np.asarray(normals, np.float64).reshape(-1, 3)
     v = np.asarray(view, np.float64).reshape(-1, 3)
     vis = np.asarray(visibility, np.float64).reshape(len(points), -1)
-    alpha2 = float(roughness) ** 4  # alpha = roughness^2 (Blender's convention)
+    rough = np.clip(np.asarray(roughness, np.float64), 1e-3, 1.0)
+    alpha2 = rough.reshape(-1) ** 4 if rough.ndim else float(rough) ** 4  # alpha = r²
     cos_v = np.clip(np.einsum("ij,ij->i", n, v), 0.0, 1.0)
     gv = _smith_g1_over_cos(cos_v, alpha2)
     out = np.zeros((len(points), 3), np.float64)
