@@ -25,6 +25,10 @@ from ..restyle.loop import wire_arrays, wire_passes
 from .frame_painter import FramePainter
 from .settings import PaintSettings
 
+#: Sub-pixel samples a side of the still view's refinement (renders take
+#: ``fast.FILM_SAMPLES``): a screen's pixels are small, and the worker must stay free.
+VIEW_FILM_SAMPLES = 2
+
 #: The passes a viewport frame is painted from: the pipeline's, without the motion
 #: vectors and skeleton (every viewport frame is painted fresh).
 VIEW_SKIP = frozenset({"motion", "skeleton"})
@@ -151,9 +155,11 @@ class ViewportJob:
         try:
             w, h = snap.size
             # While the view moves, the passes' centre samples (half their cost); the
-            # still view's refinement filters them over the pixel, as renders are.
+            # still view's refinement filters them over the pixel, as renders are, from
+            # 2x2 samples: its pixels are the screen's, and at 3x3 a 1296x864 view's
+            # refinement held the worker ~4.6 s, so an orbit begun meanwhile waited.
             arrays = fast_frame(self.geometry, snap.geometry, None, None, self.want,
-                                film=snap.full)
+                                film=snap.full, film_samples=VIEW_FILM_SAMPLES)
             passes = wire_arrays(arrays, None, w, h)
             passes = {k: v for k, v in passes.items() if k in self.want or k not in WIRE_PASSES}
             if self.painter.client is None:  # a session to open, maybe a backend to start

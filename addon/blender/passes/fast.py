@@ -41,12 +41,13 @@ def rasterize_culled(verts_cam: np.ndarray, tris: np.ndarray, cullable: np.ndarr
 
 
 def fast_frame(geo: ShotGeometry, g: FrameGeometry, prev: FrameGeometry | None,
-               nxt: FrameGeometry | None, want: set[str], film: bool = True
-               ) -> dict[str, np.ndarray]:
+               nxt: FrameGeometry | None, want: set[str], film: bool = True,
+               film_samples: int | None = None) -> dict[str, np.ndarray]:
     """All passes of one frame from the evaluated meshes (no renderer). ``film`` False:
     the :data:`FILM_FILTERED` passes take each pixel's centre sample alone, at about
     half the canonical passes' cost (a moving viewport's preview; the refinement of a
-    still view and every render filter them)."""
+    still view and every render filter them, from ``film_samples``² sub-pixel samples,
+    default :data:`FILM_SAMPLES`)."""
     cam = g.camera
     verts_cam = cam.to_camera(g.positions)
     canonical = bool(want & set(CANONICAL_PASSES))
@@ -90,7 +91,8 @@ def fast_frame(geo: ShotGeometry, g: FrameGeometry, prev: FrameGeometry | None,
             mv[..., k:k + 2] = flow
         out["motion"] = mv
     if canonical:
-        out.update(_canonical_passes(geo, g, frag, want, film))
+        n = FILM_SAMPLES if film_samples is None else film_samples
+        out.update(_canonical_passes(geo, g, frag, want, n if film else 1))
     return out
 
 
@@ -289,10 +291,10 @@ def _shading_normals(g: FrameGeometry, s: _Surface) -> np.ndarray:
 
 
 def _canonical_passes(geo: ShotGeometry, g: FrameGeometry, frag: Fragments,
-                      want: set[str], film: bool = True) -> dict[str, np.ndarray]:
+                      want: set[str], film_samples: int) -> dict[str, np.ndarray]:
     """rest_position, uv, albedo, view_dir, light_visibility, irradiance and specular from
     the frame's fragments (albedo, irradiance and specular averaged over the pixel:
-    :data:`FILM_FILTERED`; ``film`` False: at the pixel's centre)."""
+    :data:`FILM_FILTERED`, from ``film_samples``² samples; 1: at the pixel's centre)."""
     from ...core.passes.irradiance import irradiance, specular
     from ...core.passes.shadow import light_visibility
     from ...core.passes.world_light import world_light
@@ -309,8 +311,8 @@ def _canonical_passes(geo: ShotGeometry, g: FrameGeometry, frag: Fragments,
             uv = (s1.b * surf.corner_uvs[s1.t]).sum(axis=1)
             has = surf.has_uv[s1.t]
             out["uv"] = _scatter(m, np.concatenate([uv * has[:, None], has[:, None]], axis=1))
-    sub = (_subpixel_surface(geo, g, FILM_SAMPLES)
-           if film and FILM_SAMPLES > 1 and want & FILM_FILTERED else None)
+    sub = (_subpixel_surface(geo, g, film_samples)
+           if film_samples > 1 and want & FILM_FILTERED else None)
     if "albedo" in want:
         # The texture is footprint-filtered at each pixel already; only where the
         # window spans more than one surface do the samples (the costly reads) count.
