@@ -86,16 +86,16 @@ def _image_value(image: bpy.types.Image, output: str, cache: dict[str, np.ndarra
     w, h = image.size
     if w == 0 or h == 0:
         return None
-    buf = np.empty(w * h * image.channels, np.float32)
-    image.pixels.foreach_get(buf)
-    px = buf.reshape(h, w, image.channels)
-    if output == "Alpha":
-        one = px[..., 3] if image.channels == 4 else np.ones((h, w), np.float32)
+    if output == "Color" and image.channels >= 3:
+        one = _image_pixels(image, cache) @ _LUMINANCE  # shares the base colour's read
     else:
-        rgb = _image_pixels(image, cache) if image.channels >= 3 else px[..., :1]
-        if rgb is None:
-            return None
-        one = rgb @ _LUMINANCE if rgb.shape[-1] == 3 else rgb[..., 0]
+        buf = np.empty(w * h * image.channels, np.float32)
+        image.pixels.foreach_get(buf)
+        px = buf.reshape(h, w, image.channels)
+        if output == "Alpha":
+            one = px[..., 3] if image.channels == 4 else np.ones((h, w), np.float32)
+        else:
+            one = px[..., 0]
     cache[key] = np.ascontiguousarray(np.repeat(one[..., None], 3, axis=-1), np.float32)
     return cache[key]
 
