@@ -227,30 +227,37 @@ def _eroded(mask: np.ndarray) -> np.ndarray:
     return inner
 
 
-def _roughness_in_alpha(bpy, value: float) -> None:
-    """The sphere's roughness read from its colour image's alpha (the demo's layout)."""
+def _roughness_in_image(bpy, value: float, socket: str) -> None:
+    """The sphere's roughness read from an image: its colour image's alpha (the demo's
+    layout) or a grey roughness map's Color (the usual PBR set)."""
     mat = bpy.data.materials["black_gloss"]
     img = bpy.data.images.new("rough", 4, 4, alpha=True, float_buffer=True)
     px = np.zeros((4, 4, 4), np.float32)
-    px[..., 3] = value
+    if socket == "Alpha":
+        px[..., 3] = value
+        img.alpha_mode = "CHANNEL_PACKED"
+    else:
+        px[...] = value, value, value, 1.0
+        img.colorspace_settings.name = "Non-Color"
     img.pixels.foreach_set(px.ravel())
-    img.alpha_mode = "CHANNEL_PACKED"
     tex = mat.node_tree.nodes.new("ShaderNodeTexImage")
     tex.image = img
     bsdf = mat.node_tree.nodes["Principled BSDF"]
-    mat.node_tree.links.new(tex.outputs["Color"], bsdf.inputs["Base Color"])
-    mat.node_tree.links.new(tex.outputs["Alpha"], bsdf.inputs["Roughness"])
+    if socket == "Alpha":
+        mat.node_tree.links.new(tex.outputs["Color"], bsdf.inputs["Base Color"])
+    mat.node_tree.links.new(tex.outputs[socket], bsdf.inputs["Roughness"])
 
 
-@pytest.mark.parametrize("roughness, in_image", [(1.0, False), (0.3, True)])
-def test_specular_takes_the_surfaces_own_roughness(bpy_clean, tmp_path, roughness, in_image):
+@pytest.mark.parametrize("roughness, source", [(1.0, None), (0.3, "Alpha"), (0.3, "Color")])
+def test_specular_takes_the_surfaces_own_roughness(bpy_clean, tmp_path, roughness, source):
     """A rough surface (a KayKit mannequin's is 1) spreads a highlight wide, a smooth one
-    gathers it: the pass reads the material's roughness, a constant or its image's
-    alpha, so the lobe Cycles renders is the lobe the pass holds, pixel by pixel."""
+    gathers it: the pass reads the material's roughness, a constant, its colour image's
+    alpha or a roughness map's colour, so the lobe Cycles renders is the lobe the pass
+    holds, pixel by pixel."""
     bpy = bpy_clean
-    sun = _glossy_sphere(bpy, 0.6 if in_image else roughness)
-    if in_image:
-        _roughness_in_alpha(bpy, roughness)
+    sun = _glossy_sphere(bpy, 0.6 if source else roughness)
+    if source:
+        _roughness_in_image(bpy, roughness, source)
     sun.rotation_euler = (math.radians(60.0), 0.0, math.radians(25.0))
     out = run_engines(bpy.context.scene, [1], (96, 96), passes=("depth", "mask", "specular"))
     ref = _linear_beauty(bpy, tmp_path, 96).mean(-1)
