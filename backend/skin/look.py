@@ -124,6 +124,7 @@ def look_config(base_cfg: dict[str, Any], steps: int, seed: int = 0, device: str
     lr_texture, lr_net = base_rates(base) if base is not None else base_rates(Path())
     return TrainConfig(seed=seed, steps=steps, batch=16, crop=64, lr_texture=lr_texture,
                        lr_net=NET_RATE * lr_net, ssim_weight=LOOK_SSIM_WEIGHT,
+                       head_weight=0.0,  # a look may move the colours and lift anywhere
                        temporal=bool(base_cfg.get("temporal")),
                        texture_from=TEXTURE_FROM, device=device, minutes=minutes,
                        checkpoint=checkpoint)

@@ -32,6 +32,11 @@ DEFAULTS: dict[str, Any] = {
 #: How far the shaded head's residual may move a pixel (sRGB units): highlights and
 #: small corrections fit; the lighting must come through albedo x irradiance.
 RESIDUAL_RANGE = 0.25
+#: How much a unit of the albedo outputs' change (logit units) costs against a unit of
+#: the residual (sRGB units) in :meth:`SkinNet.head_penalty`: Cycles' diffuse colour
+#: is the base colour less what the gloss takes at a grazing view, a real change of a
+#: few tenths, where the residual should be all but zero.
+CHANGE_PENALTY = 0.1
 HEADS = ("regressor", "diffusion")
 
 
@@ -293,6 +298,8 @@ class SkinNet(nn.Module):
                 raise ValueError("the diffusion head needs x_t and t")
             parts += [x_t, t.reshape(-1, 1, 1, 1).expand(-1, 1, x.shape[2], x.shape[3])]
         out = self.unet(torch.cat(parts, 1))
+        # for head_penalty; an exported graph (eval mode) keeps nothing
+        self._head = out if self.shading and self.training else None
         if self.shading:
             spec = None if self.spec_at is None else x[:, self.spec_at:self.spec_at + 3]
             alb = None if self.alb_at is None else self.colour_response(
@@ -300,6 +307,27 @@ class SkinNet(nn.Module):
             irr = self.light_response(x[:, self.irr_at:self.irr_at + 3], self._mask(x))
             return self.facing_response(self.shade(out, irr, spec, alb, self.head_gates), x)
         return out if self.diffusion else out + 0.5
+
+    def head_penalty(self, mask: torch.Tensor) -> torch.Tensor:
+        """The last training forward's shaded head away from its physical reading, masked
+        mean: the residual's size plus :data:`CHANGE_PENALTY` times the albedo change's.
+
+        Unpenalised, a network trained frame after frame from its predecessor drifted to
+        a fake split that fits the scene's light: an albedo at a third of the pass, the
+        gloss at half the specular pass and a lift of +0.1 added in sRGB. It paints the
+        training light well and a key from behind badly: the lift does not scale with
+        the light, so the texture's contrast and the rim's highlight come out at half
+        of Cycles' (a dim back-lit shot 0.04 too dark on its lit pixels and smoother than
+        the reference). The penalty keeps the light on the albedo x irradiance and gloss
+        x specular path, where a moved light moves it."""
+        out = getattr(self, "_head", None)
+        if out is None or not self.shading:
+            return mask.new_zeros((), dtype=torch.float32)
+        m = mask.float()
+        pen = RESIDUAL_RANGE * torch.tanh(out[:, 6:9]).abs().mean(1, keepdim=True)
+        if self.alb_at is not None:
+            pen = pen + CHANGE_PENALTY * out[:, 0:3].abs().mean(1, keepdim=True)
+        return (pen * m).sum() / m.sum().clamp_min(1.0)
 
     @staticmethod
     def shade(out: torch.Tensor, irradiance: torch.Tensor,

@@ -59,6 +59,8 @@ class TrainConfig:
     # 0.2 reads 32.18 dB / 0.966 (train-skin's 12 minutes, 1507 steps); 1400 steps at
     # 1.0 32.33 / 0.968, at 3.0 32.35 / 0.968, at 10 32.33 / 0.968 (levelled off)
     ssim_weight: float = 3.0
+    # SkinNet.head_penalty's weight: the shaded head kept on its physical reading
+    head_weight: float = 0.3
     group_weights: dict[str, float] | None = None  # the mapping losses (model.PART_GROUPS)
     temporal: bool = False
     temporal_noise: float = 0.04
@@ -363,6 +365,8 @@ def train(frames: Sequence[Frame], cfg: TrainConfig, *,
             else:
                 pred = net(x)
             loss = reconstruction_loss(pred, y, m, parts, cfg.ssim_weight, cfg.group_weights)
+            if cfg.head_weight and not diffusion:
+                loss = loss + cfg.head_weight * net.head_penalty(m)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if step < cfg.texture_from * plan.steps:

@@ -165,3 +165,39 @@ def test_train_fits_its_schedule_to_the_minutes_budget(monkeypatch) -> None:
     monkeypatch.undo()
     assert res.report["steps"] > 8
     assert res.report["elapsed_s"] >= 0.004 * 60 * 0.9
+
+
+def _mean_residual(net, frame) -> float:
+    """The shaded head's mean |residual| (sRGB units) on one frame's character."""
+    from painted_skin.backend.skin import features
+    from painted_skin.backend.skin.model import RESIDUAL_RANGE
+
+    x = torch.from_numpy(features.frame_features(
+        frame[0], net.cfg["layout"], net.cfg["rest_bounds"]))[None]
+    net.train()
+    with torch.no_grad():
+        net(x)
+        res = RESIDUAL_RANGE * torch.tanh(net._head[:, 6:9]).abs().mean(1)[0]
+    net.eval()
+    return float(res[torch.from_numpy(frame[0]["mask"] > 0)].mean())
+
+
+def test_the_head_penalty_keeps_the_light_off_the_residual() -> None:
+    """The shaded head's bounded residual is for highlights and small corrections; the
+    penalty makes training carry the light through albedo x irradiance + gloss x
+    specular (where a moved light moves it), and an exported network keeps nothing."""
+    from painted_skin.backend.skin.testing import train_tiny
+
+    free, frames = train_tiny(head_weight=0.0, steps=60)
+    kept, _ = train_tiny(head_weight=3.0, steps=60)
+    assert free.net.shading
+    r_free, r_kept = _mean_residual(free.net, frames[0]), _mean_residual(kept.net, frames[0])
+    assert r_kept < 0.5 * r_free, (r_kept, r_free)
+    from painted_skin.backend.skin import features
+
+    x = torch.from_numpy(features.frame_features(
+        frames[0][0], kept.net.cfg["layout"], kept.net.cfg["rest_bounds"]))[None]
+    kept.net.eval()
+    with torch.no_grad():
+        kept.net(x)  # as export and serving run it
+    assert kept.net.head_penalty(torch.ones(1, 1, *x.shape[2:])).item() == 0.0
