@@ -312,7 +312,7 @@ class SkinNet(nn.Module):
         """The last training forward's shaded head away from its physical reading, masked
         mean: the residual's size plus :data:`CHANGE_PENALTY` times the albedo change's.
 
-        Unpenalised, a network trained frame after frame from its predecessor drifted to
+        Unpenalised, a network retrained release after release from its predecessor drifted to
         a fake split that fits the scene's light: an albedo at a third of the pass, the
         gloss at half the specular pass and a lift of +0.1 added in sRGB. It paints the
         training light well and a key from behind badly: the lift does not scale with

@@ -167,16 +167,22 @@ def test_train_fits_its_schedule_to_the_minutes_budget(monkeypatch) -> None:
     assert res.report["elapsed_s"] >= 0.004 * 60 * 0.9
 
 
+
+def _inputs(net, frame) -> torch.Tensor:
+    """(1, C, H, W): one frame's features for ``net``."""
+    from painted_skin.backend.skin import features
+
+    return torch.from_numpy(features.frame_features(
+        frame[0], net.cfg["layout"], net.cfg["rest_bounds"]))[None]
+
+
 def _mean_residual(net, frame) -> float:
     """The shaded head's mean |residual| (sRGB units) on one frame's character."""
-    from painted_skin.backend.skin import features
     from painted_skin.backend.skin.model import RESIDUAL_RANGE
 
-    x = torch.from_numpy(features.frame_features(
-        frame[0], net.cfg["layout"], net.cfg["rest_bounds"]))[None]
     net.train()
     with torch.no_grad():
-        net(x)
+        net(_inputs(net, frame))
         res = RESIDUAL_RANGE * torch.tanh(net._head[:, 6:9]).abs().mean(1)[0]
     net.eval()
     return float(res[torch.from_numpy(frame[0]["mask"] > 0)].mean())
@@ -193,10 +199,7 @@ def test_the_head_penalty_keeps_the_light_off_the_residual() -> None:
     assert free.net.shading
     r_free, r_kept = _mean_residual(free.net, frames[0]), _mean_residual(kept.net, frames[0])
     assert r_kept < 0.5 * r_free, (r_kept, r_free)
-    from painted_skin.backend.skin import features
-
-    x = torch.from_numpy(features.frame_features(
-        frames[0][0], kept.net.cfg["layout"], kept.net.cfg["rest_bounds"]))[None]
+    x = _inputs(kept.net, frames[0])
     kept.net.eval()
     with torch.no_grad():
         kept.net(x)  # as export and serving run it
