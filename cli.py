@@ -268,6 +268,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--motion", action="append", default=[], metavar="FILE",
                    help="real mocap (.bvh .fbx .glb) to train on beside the generated "
                         "motions; repeatable (windows of --frames-per-clip frames)")
+    t.add_argument("--detail-size", type=int, metavar="N",
+                   help="also render the motions at N² (256 or 512, 8 frames a clip) and "
+                        "train on them too: larger frames and close-ups paint sharper "
+                        "(the embedded model is trained so; ~1 s more per frame rendered)")
     t.add_argument("--init-from", metavar="MODEL",
                    help="start from this skin model's network: the shading it learned "
                         "carries over (default: the embedded model for your own character; "

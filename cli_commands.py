@@ -188,7 +188,7 @@ def cmd_train_skin(args: argparse.Namespace) -> int:
                        else DEFAULT_CACHE, frames_per_clip=args.frames_per_clip,
                        samples=args.samples, steps=args.steps, temporal=args.temporal,
                        lights=args.lights, motions=tuple(args.motion),
-                       init_from=args.init_from)
+                       init_from=args.init_from, detail_size=args.detail_size)
     return train_skin(req, progress=bar, characters={"demo": _demo_character})
 
 

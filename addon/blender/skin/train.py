@@ -7,6 +7,7 @@ Python (torch lives there, bpy pins numpy<2), as a child process whose progress 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -38,6 +39,9 @@ DEFAULT_CACHE = Path(os.environ.get("PAINTED_SKIN_CACHE",
 DEFAULT_MINUTES = 12.0
 DEFAULT_FRAMES_PER_CLIP = 24
 MAX_SAMPLES = 4096
+#: Frames a clip of the ``--detail-size`` set: the same motions and orbits as the
+#: training set, sampled sparsely (the larger frames cost ~4x each to render).
+DETAIL_FRAMES_PER_CLIP = 8
 MAX_FRAMES_PER_CLIP = 10_000
 TRAINER_MODULE = "painted_skin.backend.skin.train"  # run in the backend's Python
 #: The embedded model: the network a user's own character starts from.
@@ -65,6 +69,9 @@ class TrainRequest:
     # a character of the user's own (its shading carries over), nothing for the demo;
     # "none": from scratch
     init_from: str | None = None
+    # also render the motions at this size (DETAIL_FRAMES_PER_CLIP a clip) and train on
+    # them beside the main set: a model that paints larger frames and close-ups well
+    detail_size: int | None = None
 
     def problems(self) -> list[str]:
         """What keeps this request from running, one line each ([]: none): checked before
@@ -83,6 +90,10 @@ class TrainRequest:
                        f"{MAX_FRAMES_PER_CLIP}")
         if self.size not in (64, 128, 256, 512):
             bad.append(f"--size {self.size}: use 128 or 256 (64 and 512 also work)")
+        if self.detail_size is not None and (self.detail_size not in (128, 256, 512)
+                                             or self.detail_size <= self.size):
+            bad.append(f"--detail-size {self.detail_size}: give 256 or 512, larger than "
+                       f"--size {self.size}")
         if not re.fullmatch(r"cpu|cuda(:\d+)?|mps", self.device):
             bad.append(f"--device {self.device!r}: use cpu, cuda (or cuda:N) or mps")
         if self.lights not in D.LIGHT_RIGS:
@@ -123,9 +134,11 @@ class TrainRequest:
 
 
 def trainer_command(req: TrainRequest, python: str, train_dir: Path, held_dir: Path,
-                    fingerprint: Path, extra: Path, no_albedo: bool = False) -> list[str]:
+                    fingerprint: Path, extra: Path, no_albedo: bool = False,
+                    detail_dir: Path | None = None) -> list[str]:
     """The backend trainer's command line for ``req`` over rendered frame folders;
-    ``no_albedo``: the model does not read the albedo pass."""
+    ``no_albedo``: the model does not read the albedo pass; ``detail_dir``: the
+    ``--detail-size`` frames."""
     cmd = [python, "-m", TRAINER_MODULE, "--frames", str(train_dir),
            "--eval-frames", str(held_dir), "--out", str(req.out), "--fingerprint",
            str(fingerprint), "--report-extra", str(extra), "--device", req.device,
@@ -141,6 +154,8 @@ def trainer_command(req: TrainRequest, python: str, train_dir: Path, held_dir: P
         cmd.append("--temporal")
     if no_albedo:
         cmd.append("--no-albedo")
+    if detail_dir is not None:
+        cmd += ["--detail-frames", str(detail_dir)]
     start = req.start_from()
     if start is not None:
         cmd += ["--init-from", str(start.resolve())]
@@ -165,6 +180,15 @@ def dataset_specs(req: TrainRequest) -> tuple[D.DatasetSpec, D.DatasetSpec]:
     held = D.DatasetSpec(size=req.size, frames_per_clip=held_frames, clips=held_clips,
                          samples=req.samples, seed=req.seed + 1000)
     return spec, held
+
+
+def detail_spec(req: TrainRequest) -> D.DatasetSpec | None:
+    """The ``--detail-size`` render: the training set's motions and orbits at that size,
+    :data:`DETAIL_FRAMES_PER_CLIP` frames a clip; None without the option."""
+    if req.detail_size is None:
+        return None
+    return dataset_specs(dataclasses.replace(req, size=req.detail_size,
+                                             frames_per_clip=DETAIL_FRAMES_PER_CLIP))[0]
 
 
 def ensure_lighting(scene: bpy.types.Scene) -> None:
@@ -341,7 +365,12 @@ def _train_skin(req: TrainRequest, progress=None,
               file=sys.stderr)
     train_dir = D.dataset_folder(req.cache, spec, fingerprint)
     held_dir = D.dataset_folder(req.cache, held, fingerprint)
-    for what, sp, folder in (("training", spec, train_dir), ("held-out", held, held_dir)):
+    sets = [("training", spec, train_dir), ("held-out", held, held_dir)]
+    detail = detail_spec(req)
+    detail_dir = None if detail is None else D.dataset_folder(req.cache, detail, fingerprint)
+    if detail is not None:
+        sets.append((f"{req.detail_size}² detail", detail, detail_dir))
+    for what, sp, folder in sets:
         bar = progress(what, len(sp.clips) * sp.frames_per_clip) if progress else None
         res = D.build_dataset(arm, folder, sp, progress=bar, cancelled=_STOP.is_set)
         print(f"train-skin: {what} set: {res.frames} frames ({res.rendered} rendered now) in "
@@ -353,9 +382,12 @@ def _train_skin(req: TrainRequest, progress=None,
         write_json_atomic(extra, {"character": req.character, "dataset": {
             "train": str(train_dir), "held_out": str(held_dir), "size": req.size,
             "train_clips": [list(c) for c in spec.clips],
-            "held_out_clips": [list(c) for c in held.clips], "samples": req.samples}})
+            "held_out_clips": [list(c) for c in held.clips], "samples": req.samples,
+            **({} if detail is None else {"detail": {
+                "frames": str(detail_dir), "size": detail.size,
+                "frames_per_clip": detail.frames_per_clip}})}})
         cmd = trainer_command(req, python, train_dir, held_dir, fp, extra,
-                              no_albedo=bool(approximated))
+                              no_albedo=bool(approximated), detail_dir=detail_dir)
         proc = subprocess.Popen(cmd, env=env)
         while True:  # the trainer finishes its step and saves a checkpoint: wait for it
             try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -204,3 +205,27 @@ def test_the_head_penalty_keeps_the_light_off_the_residual() -> None:
     with torch.no_grad():
         kept.net(x)  # as export and serving run it
     assert kept.net.head_penalty(torch.ones(1, 1, *x.shape[2:])).item() == 0.0
+
+
+def test_detail_frames_weigh_half_the_set_and_keep_their_own_previous_frames() -> None:
+    """``--detail-frames`` (the motions rendered larger, fewer a clip) are drawn about half
+    as often as the main set whatever their count, and each repeat's temporal input is
+    its own clip's previous frame, never one of the main set's."""
+    from painted_skin.backend.skin.train import with_detail
+
+    main = [({"i": np.full((4, 4), i)}, None) for i in range(40)]
+    main_prev = [None] + list(range(39))
+    detail = [({"i": np.full((8, 8), 100 + i)}, None) for i in range(10)]
+    detail_prev = [None, 0, 1, None, 3, 4, None, 6, 7, 8]
+    frames, prev = with_detail(main, main_prev, detail, detail_prev)
+    assert frames[:40] == main and prev[:40] == main_prev
+    drawn = len(frames) - 40
+    assert drawn == 20  # twice ten frames: half of forty
+    for i in range(40, len(frames)):
+        p = prev[i]
+        if p is None:
+            continue
+        assert p >= 40 and frames[p][0]["i"][0, 0] + 1 == frames[i][0]["i"][0, 0]
+        assert (i - 40) // 10 == (p - 40) // 10  # within the same repeat
+    assert with_detail(main, main_prev, [], None) == (main, main_prev)
+    assert with_detail(main, None, detail, None)[1] is None

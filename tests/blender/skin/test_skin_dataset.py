@@ -281,3 +281,40 @@ def test_the_held_out_set_holds_real_motion_where_the_checkout_has_it(tmp_path,
     monkeypatch.setenv("PAINTED_SKIN_SHARED", str(tmp_path / "no-shared"))
     _, without = dataset_specs(TrainRequest("demo", tmp_path / "m"))
     assert without.clips == D.HELD_OUT_CLIPS
+
+
+def test_detail_size_renders_the_training_motions_larger_and_hands_them_to_the_trainer(
+        tmp_path):
+    """``train-skin --detail-size 256`` renders the training set's motions again at 256²,
+    a few frames a clip under the same seed (orbits and light rigs), and the trainer
+    gets them as ``--detail-frames``; a detail size not above ``--size`` is one line."""
+    from painted_skin.addon.blender.skin.train import (
+        DETAIL_FRAMES_PER_CLIP,
+        TrainRequest,
+        dataset_specs,
+        detail_spec,
+        trainer_command,
+    )
+    from painted_skin.cli import build_parser
+
+    args = build_parser().parse_args(["train-skin", "--character", "demo", "--out", "m",
+                                      "--detail-size", "256"])
+    assert args.detail_size == 256
+    req = TrainRequest("demo", tmp_path / "m", frames_per_clip=32, detail_size=256)
+    assert req.problems() == []
+    spec, _ = dataset_specs(req)
+    detail = detail_spec(req)
+    assert detail.size == 256 and detail.frames_per_clip == DETAIL_FRAMES_PER_CLIP
+    assert (detail.seed, detail.lights, detail.samples) == (spec.seed, spec.lights,
+                                                            spec.samples)
+    assert detail.clips[:5] == spec.clips[:5]  # the generated motions, in the same order
+    assert detail_spec(TrainRequest("demo", tmp_path / "m")) is None
+    cmd = trainer_command(req, "python", tmp_path / "t", tmp_path / "h",
+                          tmp_path / "fp.json", tmp_path / "x.json",
+                          detail_dir=tmp_path / "d")
+    assert cmd[cmd.index("--detail-frames") + 1] == str(tmp_path / "d")
+    assert "--detail-frames" not in trainer_command(
+        TrainRequest("demo", tmp_path / "m"), "python", tmp_path / "t", tmp_path / "h",
+        tmp_path / "fp.json", tmp_path / "x.json")
+    bad = TrainRequest("demo", tmp_path / "m", size=256, detail_size=256).problems()
+    assert len(bad) == 1 and "--detail-size 256" in bad[0]
