@@ -586,7 +586,7 @@ def previous_frames(folder: str | None, count: int) -> list[int | None]:
 #: How much the detail frames weigh in the batches' draw against the main set: half.
 #: Measured on the demo (1248 frames at 128², 320 at 256²), the fine-tune with them at
 #: half the main set's weight lifted the 256² close-ups with the key behind from SSIM
-#: 0.944 to 0.965, and the 128² held-out set from 34.00 to 34.56 dB.
+#: 0.944 to 0.965, and the 128² held-out set from 34.00 to 34.50 dB.
 DETAIL_WEIGHT = 0.5
 
 
