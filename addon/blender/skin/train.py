@@ -92,8 +92,8 @@ class TrainRequest:
             bad.append(f"--size {self.size}: use 128 or 256 (64 and 512 also work)")
         if self.detail_size is not None and (self.detail_size not in (128, 256, 512)
                                              or self.detail_size <= self.size):
-            bad.append(f"--detail-size {self.detail_size}: give 256 or 512, larger than "
-                       f"--size {self.size}")
+            bad.append(f"--detail-size {self.detail_size}: give 128, 256 or 512, larger "
+                       f"than --size {self.size}")
         if not re.fullmatch(r"cpu|cuda(:\d+)?|mps", self.device):
             bad.append(f"--device {self.device!r}: use cpu, cuda (or cuda:N) or mps")
         if self.lights not in D.LIGHT_RIGS:
