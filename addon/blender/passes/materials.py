@@ -1,24 +1,30 @@
 """Read each material's base colour into :class:`~..core.passes.albedo.AlbedoSource`.
 
 What it reads: the Cycles output's surface shader, a Principled (or Diffuse) BSDF, and
-its Base Color: a constant, an RGB node, or an Image Texture (at a UV Map node's map or
-the render UV map), through reroutes. That covers what glTF / FBX importers and most
-hand-made characters build. Anything else (procedural textures, mixes) falls back to
-the material's viewport colour and is reported, so the pass never silently lies.
+its Base Color times 1 - Metallic, through the nodes real characters put there:
+constants, RGB and Value nodes, Image Textures (at a UV Map node's map or the render UV
+map), colour attributes that are one colour over the mesh, and the per-texel arithmetic
+between them (Mix, Math, Separate / Combine Color, Invert, Gamma, Map Range, Clamp,
+Color Ramp: ``core.passes.shader_values``). That covers what the glTF and FBX importers
+build (a base colour times its factor and the vertex colours, a metallic-roughness image
+split into channels) and most hand-made characters. Anything else (procedural textures,
+node groups, a varying colour attribute) falls back to the material's viewport colour
+and is reported, so the pass never silently lies.
 
 The surface's roughness (the ``specular`` pass's lobe) is read the same way from the
-BSDF's Roughness: a constant, or an Image Texture's Color or Alpha (the demo keeps it in
-its colour image's alpha); anything else takes the material's viewport roughness and is
-reported.
+BSDF's Roughness (a colour feeding it gives its luminance, as Blender converts);
+anything else takes the material's viewport roughness and is reported.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import bpy
 import numpy as np
 
+from ...core.passes import shader_values as SV
 from ...core.passes.albedo import DEFAULT_ALBEDO, AlbedoSource, srgb_to_linear
 
 
@@ -72,67 +78,200 @@ def _image_pixels(image: bpy.types.Image, cache: dict[str, np.ndarray]) -> np.nd
 
 #: Blender's default Principled BSDF's roughness (a surface without a material).
 DEFAULT_ROUGHNESS = 0.5
-#: Rec. 709 luminance: how Blender turns a colour into the float a Roughness socket takes.
-_LUMINANCE = np.array([0.2126, 0.7152, 0.0722], np.float32)
+
+#: The Image Texture outputs followed (a colour, and its alpha as a float).
+_IMAGE_OUTPUTS = ("Color", "Alpha")
 
 
-def _image_value(image: bpy.types.Image, output: str, cache: dict[str, np.ndarray]
-                 ) -> np.ndarray | None:
-    """(H, W, 3) float32, the one value an Image Texture's ``output`` (Color or Alpha)
-    gives a float socket, in every channel; None for an image without pixels."""
-    key = f"{image.name}\0{output}"
-    if key in cache:
-        return cache[key]
-    w, h = image.size
-    if w == 0 or h == 0:
-        return None
-    if output == "Color" and image.channels >= 3:
-        one = _image_pixels(image, cache) @ _LUMINANCE  # shares the base colour's read
-    else:
-        buf = np.empty(w * h * image.channels, np.float32)
-        image.pixels.foreach_get(buf)
-        px = buf.reshape(h, w, image.channels)
-        if output == "Alpha":
-            one = px[..., 3] if image.channels == 4 else np.ones((h, w), np.float32)
+def _image_alpha(image: bpy.types.Image, cache: dict[str, np.ndarray]) -> np.ndarray | None:
+    """(H, W, 3) float32: the image's alpha in every channel (1 without one)."""
+    key = f"{image.name}\0Alpha"
+    if key not in cache:
+        w, h = image.size
+        if w == 0 or h == 0:
+            return None
+        if image.channels == 4:
+            buf = np.empty(w * h * 4, np.float32)
+            image.pixels.foreach_get(buf)
+            one = buf.reshape(h, w, 4)[..., 3]
         else:
-            one = px[..., 0]
-    cache[key] = np.ascontiguousarray(np.repeat(one[..., None], 3, axis=-1), np.float32)
+            one = np.ones((h, w), np.float32)
+        cache[key] = np.ascontiguousarray(np.repeat(one[..., None], 3, axis=-1), np.float32)
     return cache[key]
 
 
-def roughness_source(mat: bpy.types.Material | None,
-                     cache: dict[str, np.ndarray]) -> AlbedoSource:
+def uniform_color(meshes: Sequence[bpy.types.Mesh], name: str) -> np.ndarray | None:
+    """(4,) linear RGBA of colour attribute ``name`` ("" the render one) where it is the
+    same on every corner of every mesh; None where it varies or a mesh lacks it."""
+    value = None
+    for me in meshes:
+        attrs = me.color_attributes
+        attr = attrs.get(name or attrs.default_color_name or "")
+        if attr is None:
+            return None
+        if not len(attr.data):
+            continue
+        buf = np.empty(len(attr.data) * 4, np.float32)
+        attr.data.foreach_get("color", buf)  # linear for byte and float colours alike
+        px = buf.reshape(-1, 4)
+        lo, hi = px.min(axis=0), px.max(axis=0)
+        if (hi - lo).max() > 1e-3 or (value is not None and np.abs(value - lo).max() > 1e-3):
+            return None
+        value = lo
+    return value
+
+
+class _TreeReader:
+    """What a material's nodes give a socket, as a :class:`~..core.passes.shader_values.
+    ShaderValue`: constants, images at a UV map, and the per-texel arithmetic nodes
+    between them (see that module); :class:`SV.Unsupported` for anything else.
+
+    ``meshes``: the meshes wearing the material (a Color Attribute node is followed where
+    it is one colour over them, as glTF's importer leaves a mesh without vertex colours)."""
+
+    def __init__(self, cache: dict[str, np.ndarray], meshes: Sequence[bpy.types.Mesh] = ()):
+        self.cache = cache
+        self.meshes = meshes
+
+    def socket(self, socket: bpy.types.NodeSocket) -> SV.ShaderValue:
+        """The value ``socket`` takes: its link's, converted to the socket's type, else
+        its own."""
+        src = _source_socket(socket)
+        if src is None:
+            if socket.type not in ("VALUE", "RGBA"):
+                raise SV.Unsupported(f"a {socket.type.lower()} socket")
+            return SV.constant(socket.default_value)
+        value = self.output(src.node, src)
+        if socket.type == "VALUE" and src.type == "RGBA":
+            return SV.to_float(value)
+        return value
+
+    def _input(self, node: bpy.types.Node, key: str) -> SV.ShaderValue:
+        sock = next((i for i in node.inputs if i.identifier == key), None)
+        if sock is None:
+            sock = node.inputs[key]
+        return self.socket(sock)
+
+    def output(self, node: bpy.types.Node, out: bpy.types.NodeSocket) -> SV.ShaderValue:
+        """The value ``node`` puts on its output ``out``."""
+        kind, name, i = node.bl_idname, out.name, self._input
+        if kind in ("ShaderNodeRGB", "ShaderNodeValue"):
+            return SV.constant(out.default_value)
+        if kind == "ShaderNodeTexImage":
+            return self._image(node, name)
+        if kind == "ShaderNodeVertexColor":
+            rgba = uniform_color(self.meshes, node.layer_name)
+            if rgba is None:
+                raise SV.Unsupported("a colour attribute that varies over the mesh")
+            return SV.constant(rgba[3] if name == "Alpha" else rgba[:3])
+        if kind == "ShaderNodeMix":
+            if node.data_type == "RGBA":
+                return SV.mix(node.blend_type, i(node, "Factor_Float"), i(node, "A_Color"),
+                              i(node, "B_Color"), node.clamp_factor, node.clamp_result)
+            if node.data_type == "FLOAT":
+                return SV.mix("MIX", i(node, "Factor_Float"), i(node, "A_Float"),
+                              i(node, "B_Float"), node.clamp_factor)
+            raise SV.Unsupported(f"a {node.data_type.lower()} Mix node")
+        if kind == "ShaderNodeMixRGB":
+            return SV.mix(node.blend_type, i(node, "Fac"), i(node, "Color1"),
+                          i(node, "Color2"), True, node.use_clamp)
+        if kind in ("ShaderNodeSeparateColor", "ShaderNodeSeparateRGB"):
+            if getattr(node, "mode", "RGB") != "RGB":
+                raise SV.Unsupported(f"a {node.mode} Separate Color node")
+            return SV.channel(i(node, node.inputs[0].identifier), "RGB".index(name[0]))
+        if kind == "ShaderNodeCombineColor":
+            if node.mode != "RGB":
+                raise SV.Unsupported(f"a {node.mode} Combine Color node")
+            return SV.combine(i(node, "Red"), i(node, "Green"), i(node, "Blue"))
+        if kind == "ShaderNodeMath":
+            ins = [self.socket(s) for s in node.inputs[:3]]
+            return SV.math(node.operation, *ins, clamp=node.use_clamp)
+        if kind == "ShaderNodeInvert":
+            return SV.invert(i(node, "Fac"), i(node, "Color"))
+        if kind == "ShaderNodeGamma":
+            return SV.gamma(i(node, "Color"), i(node, "Gamma"))
+        if kind == "ShaderNodeMapRange":
+            if node.data_type != "FLOAT" or node.interpolation_type != "LINEAR" \
+                    or name != "Result":
+                raise SV.Unsupported("a Map Range node other than float and linear")
+            return SV.map_range(*(i(node, k) for k in ("Value", "From Min", "From Max",
+                                                         "To Min", "To Max")), node.clamp)
+        if kind == "ShaderNodeClamp":
+            return SV.clamp_range(i(node, "Value"), i(node, "Min"), i(node, "Max"),
+                                  node.clamp_type == "MINMAX")
+        if kind == "ShaderNodeValToRGB":
+            table = self._ramp_table(node)
+            fn = SV.ramp_alpha if name == "Alpha" else SV.ramp
+            return fn(i(node, "Fac"), table, node.color_ramp.interpolation != "CONSTANT")
+        raise SV.Unsupported(f"a {node.bl_label or kind} node")
+
+    @staticmethod
+    def _ramp_table(node: bpy.types.Node) -> np.ndarray:
+        ramp = node.color_ramp
+        n = SV.RAMP_TABLE_SIZE
+        return np.array([tuple(ramp.evaluate(k / (n - 1))) for k in range(n)], np.float32)
+
+    def _image(self, node: bpy.types.Node, output: str) -> SV.ShaderValue:
+        image = node.image
+        if image is None or image.source not in ("FILE", "GENERATED") \
+                or node.projection != "FLAT" or output not in _IMAGE_OUTPUTS:
+            raise SV.Unsupported("an Image Texture without a single flat image")
+        vec = _from(node.inputs["Vector"])
+        if vec is not None and vec.bl_idname != "ShaderNodeUVMap":
+            raise SV.Unsupported("an Image Texture read at other coordinates than a UV map")
+        pixels = (_image_alpha if output == "Alpha" else _image_pixels)(image, self.cache)
+        if pixels is None:
+            raise SV.Unsupported("an Image Texture without pixels")
+        uv_map = (vec.uv_map or None) if vec is not None else None
+        return SV.image(pixels, SV.Sampler(uv_map, node.extension, node.interpolation))
+
+
+def _source_socket(socket: bpy.types.NodeSocket) -> bpy.types.NodeSocket | None:
+    """The output socket feeding ``socket``, through reroutes; None when unlinked (or
+    its link muted: the socket's own value)."""
+    while socket.is_linked:
+        link = socket.links[0]
+        if not link.is_valid or link.is_muted:
+            return None
+        if link.from_node.bl_idname != "NodeReroute":
+            return link.from_socket
+        socket = link.from_node.inputs[0]
+    return None
+
+
+def _as_source(value: SV.ShaderValue, scale: np.ndarray | float = 1.0) -> AlbedoSource:
+    """``value`` times ``scale`` as a source the passes read."""
+    scale = np.broadcast_to(np.asarray(scale, np.float32), (3,)).copy()
+    if not value.is_image:
+        return AlbedoSource(color=value.value * scale)
+    s = value.sampler
+    return AlbedoSource(color=scale, image=value.value, uv_map=s.uv_map,
+                        extension=s.extension, interpolation=s.interpolation)
+
+
+def _surface_bsdf(mat: bpy.types.Material) -> bpy.types.Node | None:
+    out = mat.node_tree.get_output_node("CYCLES") if mat.node_tree is not None else None
+    return _from(out.inputs["Surface"]) if out is not None else None
+
+
+def roughness_source(mat: bpy.types.Material | None, cache: dict[str, np.ndarray],
+                     meshes: Sequence[bpy.types.Mesh] = ()) -> AlbedoSource:
     """The roughness ``mat`` gives a surface, as a source read like the base colour
     (every channel the roughness); ``exact`` False where the viewport's stands in."""
-    def constant(r: float, exact: bool = True) -> AlbedoSource:
-        return AlbedoSource(color=np.full(3, float(r), np.float32), exact=exact)
-
     if mat is None:
-        return constant(DEFAULT_ROUGHNESS)
-    viewport = constant(float(mat.roughness), exact=False)
-    out = mat.node_tree.get_output_node("CYCLES") if mat.node_tree is not None else None
-    bsdf = _from(out.inputs["Surface"]) if out is not None else None
+        return AlbedoSource(color=np.full(3, DEFAULT_ROUGHNESS, np.float32))
+    viewport = AlbedoSource(color=np.full(3, float(mat.roughness), np.float32), exact=False)
+    bsdf = _surface_bsdf(mat)
     if bsdf is None:
         return viewport
     if bsdf.bl_idname == "ShaderNodeBsdfDiffuse":
-        return constant(1.0)  # no gloss of its own: the broadest lobe
+        return AlbedoSource(color=np.ones(3, np.float32))  # no gloss: the broadest lobe
     if bsdf.bl_idname != "ShaderNodeBsdfPrincipled":
         return viewport
-    socket = bsdf.inputs["Roughness"]
-    node, output = _from_output(socket)
-    if node is None:
-        return constant(socket.default_value)
-    if node.bl_idname == "ShaderNodeValue":
-        return constant(node.outputs[0].default_value)
-    if node.bl_idname == "ShaderNodeTexImage" and node.image is not None:
-        vec = _from(node.inputs["Vector"])
-        values = _image_value(node.image, output, cache)
-        if values is None or (vec is not None and vec.bl_idname != "ShaderNodeUVMap"):
-            return viewport
-        return AlbedoSource(color=np.ones(3, np.float32), image=values,
-                            uv_map=(vec.uv_map or None) if vec is not None else None,
-                            extension=node.extension, interpolation=node.interpolation)
-    return viewport
+    try:
+        return _as_source(_TreeReader(cache, meshes).socket(bsdf.inputs["Roughness"]))
+    except SV.Unsupported:
+        return viewport
 
 
 def _viewport(mat: bpy.types.Material | None) -> AlbedoSource:
@@ -140,40 +279,39 @@ def _viewport(mat: bpy.types.Material | None) -> AlbedoSource:
     return AlbedoSource(color=np.array(col, np.float32), exact=mat is None)
 
 
-def albedo_source(mat: bpy.types.Material | None,
-                  cache: dict[str, np.ndarray]) -> AlbedoSource:
-    """The base colour ``mat`` gives a surface (see the module doc for what is read)."""
+def albedo_source(mat: bpy.types.Material | None, cache: dict[str, np.ndarray],
+                  meshes: Sequence[bpy.types.Mesh] = ()) -> AlbedoSource:
+    """The base colour ``mat`` gives a surface (see the module doc for what is read);
+    ``meshes``: the meshes wearing it (for its colour attributes)."""
     if mat is None or mat.node_tree is None:  # Blender 5: a material's nodes are always on
         return _viewport(mat)
-    out = mat.node_tree.get_output_node("CYCLES")
-    bsdf = _from(out.inputs["Surface"]) if out is not None else None
+    bsdf = _surface_bsdf(mat)
     if bsdf is None or bsdf.bl_idname not in ("ShaderNodeBsdfPrincipled",
                                               "ShaderNodeBsdfDiffuse"):
         return _viewport(mat)
-    principled = bsdf.bl_idname == "ShaderNodeBsdfPrincipled"
-    base = bsdf.inputs["Base Color" if principled else "Color"]
-    scale = 1.0
-    if principled:
-        metallic = bsdf.inputs["Metallic"]
-        if metallic.is_linked:
-            return _viewport(mat)
-        scale = 1.0 - float(metallic.default_value)
-    node = _from(base)
-    if node is None:
-        return AlbedoSource(color=np.array(base.default_value[:3], np.float32) * scale)
-    if node.bl_idname == "ShaderNodeRGB":
-        return AlbedoSource(color=np.array(node.outputs[0].default_value[:3],
-                                           np.float32) * scale)
-    if node.bl_idname == "ShaderNodeTexImage" and node.image is not None:
-        pixels = _image_pixels(node.image, cache)
-        vec = _from(node.inputs["Vector"])
-        if pixels is None or (vec is not None and vec.bl_idname != "ShaderNodeUVMap"):
-            return _viewport(mat)
-        uv_map = (vec.uv_map or None) if vec is not None else None
-        return AlbedoSource(color=np.full(3, scale, np.float32), image=pixels,
-                            uv_map=uv_map, extension=node.extension,
-                            interpolation=node.interpolation)
-    return _viewport(mat)
+    reader = _TreeReader(cache, meshes)
+    try:
+        if bsdf.bl_idname == "ShaderNodeBsdfDiffuse":
+            return _as_source(reader.socket(bsdf.inputs["Color"]))
+        base = reader.socket(bsdf.inputs["Base Color"])
+        metallic = reader.socket(bsdf.inputs["Metallic"])
+        if not metallic.is_image:  # a scale: the base colour's image is shared, not copied
+            return _as_source(base, 1.0 - metallic.value)
+        return _as_source(SV.apply(lambda c, m: c * (1.0 - m), base, metallic))
+    except SV.Unsupported:
+        return _viewport(mat)
+
+
+def material_wearers(objects: Sequence[bpy.types.Object]) -> dict[str, list[bpy.types.Mesh]]:
+    """Per material name, the meshes among ``objects`` that wear it."""
+    out: dict[str, list[bpy.types.Mesh]] = {}
+    for ob in objects:
+        if ob.type != "MESH":
+            continue
+        for slot in ob.material_slots:
+            if slot.material is not None and ob.data not in out.setdefault(slot.material.name, []):
+                out[slot.material.name].append(ob.data)
+    return out
 
 
 def read_albedo_surface(objects: list[bpy.types.Object], evaluated, polygon_of_tri: list,
@@ -189,6 +327,7 @@ def read_albedo_surface(objects: list[bpy.types.Object], evaluated, polygon_of_t
     rough: list[AlbedoSource] = []
     rough_approx: list[str] = []
     t_off = 0
+    wearers = material_wearers(objects)
     for ob, polys, corners in zip(objects, polygon_of_tri, corners_of_tri, strict=True):
         ev = evaluated(ob)
         slots = [s.material for s in ev.material_slots] or [None]
@@ -197,10 +336,10 @@ def read_albedo_surface(objects: list[bpy.types.Object], evaluated, polygon_of_t
             key = mat.name if mat is not None else ""
             if key not in key_of:
                 key_of[key] = len(sources)
-                sources.append(albedo_source(mat, cache))
+                sources.append(albedo_source(mat, cache, wearers.get(key, ())))
                 if not sources[-1].exact:
                     approximated.append(key)
-                rough.append(roughness_source(mat, cache))
+                rough.append(roughness_source(mat, cache, wearers.get(key, ())))
                 if not rough[-1].exact:
                     rough_approx.append(key)
             index.append(key_of[key])

@@ -260,11 +260,14 @@ def uv_report(arm: bpy.types.Object) -> list[str]:
 
 def albedo_report(arm: bpy.types.Object) -> list[str]:
     """Materials of the character the albedo pass reads only approximately."""
-    from ..passes.materials import albedo_source
+    from ..passes.materials import albedo_source, material_wearers
 
-    mats = {s.material for o in character_meshes(arm) for s in o.material_slots}
+    meshes = character_meshes(arm)
+    wearers = material_wearers(meshes)
+    mats = {s.material for o in meshes for s in o.material_slots}
     cache: dict = {}
-    return sorted(m.name for m in mats if m is not None and not albedo_source(m, cache).exact)
+    return sorted(m.name for m in mats if m is not None
+                  and not albedo_source(m, cache, wearers.get(m.name, ())).exact)
 
 
 def place_camera(cam: bpy.types.Object, orbit: Orbit, t: float, centre: np.ndarray,

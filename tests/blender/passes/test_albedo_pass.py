@@ -198,3 +198,81 @@ def test_a_uv_seam_between_flat_colours_is_blended_as_the_film_blends_it(bpy_cle
     # Samples a third of a pixel apart place the seam to within 1/6 px: here 0.06 off
     # Cycles at the seam's pixels, where the step was 0.12 off.
     assert err[inner].max() < 0.08, (err[inner].max(), ours[16, 28:34, 0], ref[16, 28:34, 0])
+
+
+def _by_id(sockets, identifier: str):
+    """A socket by identifier (the Mix node's inputs share their names)."""
+    return next(s for s in sockets if s.identifier == identifier)
+
+
+def _gltf_shaped(bpy, name: str, vertex_rgba=(1.0, 1.0, 1.0, 1.0)):
+    """A plane with the tree glTF's importer builds: the base colour image times its
+    factor times the mesh's colour attribute (Mix, Multiply), and a metallic-roughness
+    image of another size split into channels (Separate Color): Blue the metallic."""
+    ob = _plane(bpy, name, 1.8)
+    attr = ob.data.color_attributes.new("Col", "BYTE_COLOR", "CORNER")
+    n = len(ob.data.loops)
+    rgba = np.tile(np.asarray(vertex_rgba, np.float32), (n, 1))
+    if vertex_rgba is None:  # a colour per corner: the fast engine cannot follow it
+        rgba = np.random.default_rng(0).uniform(0.2, 1.0, (n, 4)).astype(np.float32)
+    attr.data.foreach_set("color", rgba.ravel())
+    mat, bsdf = _principled(bpy, name)
+    nodes, links = mat.node_tree.nodes, mat.node_tree.links
+    base = nodes.new("ShaderNodeTexImage")
+    base.image = _checker_image(bpy)
+    base.interpolation = "Closest"
+    factor = nodes.new("ShaderNodeMix")
+    factor.data_type, factor.blend_type = "RGBA", "MULTIPLY"
+    _by_id(factor.inputs, "Factor_Float").default_value = 1.0
+    _by_id(factor.inputs, "B_Color").default_value = (0.5, 1.0, 0.8, 1.0)
+    links.new(base.outputs["Color"], _by_id(factor.inputs, "A_Color"))
+    col = nodes.new("ShaderNodeVertexColor")
+    col.layer_name = "Col"
+    times_col = nodes.new("ShaderNodeMix")
+    times_col.data_type, times_col.blend_type = "RGBA", "MULTIPLY"
+    _by_id(times_col.inputs, "Factor_Float").default_value = 1.0
+    links.new(_by_id(factor.outputs, "Result_Color"), _by_id(times_col.inputs, "A_Color"))
+    links.new(col.outputs["Color"], _by_id(times_col.inputs, "B_Color"))
+    links.new(_by_id(times_col.outputs, "Result_Color"), bsdf.inputs["Base Color"])
+    mr = bpy.data.images.new("metal_rough", 2, 2)
+    mr.colorspace_settings.name = "Non-Color"
+    mr.pixels.foreach_set(np.tile([0.0, 0.7, 0.5, 1.0], 4).astype(np.float32))
+    mr_tex = nodes.new("ShaderNodeTexImage")
+    mr_tex.image = mr
+    split = nodes.new("ShaderNodeSeparateColor")
+    links.new(mr_tex.outputs["Color"], split.inputs["Color"])
+    links.new(split.outputs["Blue"], bsdf.inputs["Metallic"])
+    ob.data.materials.append(mat)
+    return ob
+
+
+def test_the_tree_gltf_imports_is_followed_to_cycles_diffuse_color(bpy_clean):
+    """A glTF character's base colour is an image times its factor times the vertex
+    colours, its metallic a channel of another image (the zombie of ../shared/data is
+    one): the pass follows that arithmetic, as Cycles' Diffuse Color pass holds it, and
+    names only a colour attribute that varies over the mesh (which it cannot)."""
+    bpy = bpy_clean
+    from painted_skin.addon.blender.passes.geometry import ShotGeometry
+    from painted_skin.addon.core.passes.albedo import srgb_to_linear
+
+    _gltf_shaped(bpy, "gltf", (0.5, 0.5, 1.0, 1.0))
+    varying = _gltf_shaped(bpy, "painted", None)
+    varying.location.x = 2.0
+    _camera(bpy, (1.0, -0.01, 4.0), target=(1.0, 0.0, 0.0), lens=25.0)
+    scene = bpy.context.scene
+    f = scene.frame_current
+    out = run_engines(scene, [f], (96, 48), passes=("mask", "albedo"))
+    fast, cyc = out["fast"][f][1], out["cycles"][f][1]
+    m = (fast["mask"] > 0) & (cyc["mask"] > 0.5)
+    x = np.broadcast_to(np.arange(96)[None, :], m.shape)
+    gltf = m & (np.abs(x - 31) < 12)  # the left plane (1 m left of the camera)
+    assert gltf.sum() > 500
+    a, b = fast["albedo"][gltf], cyc["albedo"][gltf]
+    close = (np.abs(a - b) <= np.maximum(0.1 * b, 0.02)).all(axis=1)
+    assert close.mean() > 0.9, (a.mean(0), b.mean(0))
+    # the checker's red: stored byte, linear, times the factor, the colours, 1 - metallic
+    stored = np.round(np.array([0.9, 0.2, 0.1]) * 255) / 255
+    want = srgb_to_linear(stored) * [0.5, 1.0, 0.8] * [0.5, 0.5, 1.0] * 0.5
+    reds = a[:, 0] > 0.05
+    np.testing.assert_allclose(np.median(a[reds], axis=0), want, atol=2e-3)
+    assert ShotGeometry(scene, 96, 48).albedo_surface().approximated == ["painted"]

@@ -229,13 +229,18 @@ def _eroded(mask: np.ndarray) -> np.ndarray:
 
 def _roughness_in_image(bpy, value: float, socket: str) -> None:
     """The sphere's roughness read from an image: its colour image's alpha (the demo's
-    layout) or a grey roughness map's Color (the usual PBR set)."""
+    layout), a grey roughness map's Color (the usual PBR set), or a glTF
+    metallic-roughness image's Green channel times the material's roughness factor
+    (Separate Color, Math: the tree glTF's importer builds)."""
     mat = bpy.data.materials["black_gloss"]
     img = bpy.data.images.new("rough", 4, 4, alpha=True, float_buffer=True)
     px = np.zeros((4, 4, 4), np.float32)
     if socket == "Alpha":
         px[..., 3] = value
         img.alpha_mode = "CHANNEL_PACKED"
+    elif socket == "Green":
+        px[...] = 0.0, value / 0.75, 0.0, 1.0
+        img.colorspace_settings.name = "Non-Color"
     else:
         px[...] = value, value, value, 1.0
         img.colorspace_settings.name = "Non-Color"
@@ -243,17 +248,28 @@ def _roughness_in_image(bpy, value: float, socket: str) -> None:
     tex = mat.node_tree.nodes.new("ShaderNodeTexImage")
     tex.image = img
     bsdf = mat.node_tree.nodes["Principled BSDF"]
+    links = mat.node_tree.links
     if socket == "Alpha":
-        mat.node_tree.links.new(tex.outputs["Color"], bsdf.inputs["Base Color"])
-    mat.node_tree.links.new(tex.outputs[socket], bsdf.inputs["Roughness"])
+        links.new(tex.outputs["Color"], bsdf.inputs["Base Color"])
+    if socket == "Green":
+        split = mat.node_tree.nodes.new("ShaderNodeSeparateColor")
+        factor = mat.node_tree.nodes.new("ShaderNodeMath")
+        factor.operation = "MULTIPLY"
+        factor.inputs[1].default_value = 0.75
+        links.new(tex.outputs["Color"], split.inputs["Color"])
+        links.new(split.outputs["Green"], factor.inputs[0])
+        links.new(factor.outputs["Value"], bsdf.inputs["Roughness"])
+        return
+    links.new(tex.outputs[socket], bsdf.inputs["Roughness"])
 
 
-@pytest.mark.parametrize("roughness, source", [(1.0, None), (0.3, "Alpha"), (0.3, "Color")])
+@pytest.mark.parametrize("roughness, source", [(1.0, None), (0.3, "Alpha"), (0.3, "Color"),
+                                               (0.3, "Green")])
 def test_specular_takes_the_surfaces_own_roughness(bpy_clean, tmp_path, roughness, source):
     """A rough surface (a KayKit mannequin's is 1) spreads a highlight wide, a smooth one
     gathers it: the pass reads the material's roughness, a constant, its colour image's
-    alpha or a roughness map's colour, so the lobe Cycles renders is the lobe the pass
-    holds, pixel by pixel."""
+    alpha, a roughness map's colour or a channel of one times a factor, so the lobe
+    Cycles renders is the lobe the pass holds, pixel by pixel."""
     bpy = bpy_clean
     sun = _glossy_sphere(bpy, 0.6 if source else roughness)
     if source:

@@ -122,6 +122,18 @@ def test_a_material_the_albedo_pass_cannot_read_trains_without_it(demo_arm, tmp_
     assert "--no-albedo" not in trainer_command(*args)
 
 
+@pytest.mark.shared_data
+def test_a_gltf_character_with_vertex_colours_keeps_its_albedo(bpy_clean, shared_data):
+    """The CC0 zombie of ../shared/data is glTF's usual tree (its image times its white
+    vertex colours): its albedo is read, so a new character trains on the pass and the
+    shipped network's shading carries over."""
+    from painted_skin.addon.blender.retarget.importers import import_character
+    from painted_skin.addon.blender.skin import dataset as D
+
+    arm = import_character(shared_data / "characters/human-zombie.glb")
+    assert D.albedo_report(arm) == []
+
+
 def bpy_clean_scene_has_no_dataset_camera() -> bool:
     import bpy
 
