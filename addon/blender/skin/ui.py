@@ -48,8 +48,15 @@ class PS_SkinSettings(bpy.types.PropertyGroup):
                            description="Training time budget (the schedule is fitted to it)")
     size: EnumProperty(name="Size", default="128", items=[
         ("128", "128²", "Fast; the default on a CPU"),
-        ("256", "256²", "Sharper; for a GPU")],
+        ("256", "256²", "Sharper; for a GPU"),
+        ("512", "512²", "Sharpest; for a GPU")],
         description="Resolution the model is trained and paints at")
+    detail: EnumProperty(name="Detail", default="0", items=[
+        ("0", "No Detail Frames", "Train on frames of the Size only"),
+        ("256", "Detail 256²", "Also render the motions at 256² (8 frames a motion, about 5 "
+                               "more minutes on a CPU): sharper close-ups and 256² paintings"),
+        ("512", "Detail 512²", "Also render the motions at 512²: sharper 512² paintings")],
+        description="Train the finest texture on larger frames too (larger than the Size)")
     device: EnumProperty(name="Device", default="cpu", items=[
         ("cpu", "CPU", "Train on the CPU"), ("cuda", "CUDA", "Train on an NVIDIA GPU")],
         description="Where the Backend Python trains")
@@ -80,11 +87,14 @@ def _package_root() -> Path:
 
 
 def train_command(blend: str, out: str, minutes: float, size: int, device: str, resume: bool,
-                  python: str | None, extra: list[str] | None = None) -> list[str]:
+                  python: str | None, extra: list[str] | None = None, detail: int = 0
+                  ) -> list[str]:
     """The child's command line: ``painted-skin train-skin`` on the saved .blend, in the
-    bpy module's Python, or in this Blender binary (the extension's files on its path)."""
+    bpy module's Python, or in this Blender binary (the extension's files on its path);
+    ``detail`` > 0: its ``--detail-size``."""
     args = ["train-skin", "--character", blend, "--out", out, "--minutes", f"{minutes:g}",
             "--size", str(size), "--device", device, *(["--resume"] if resume else []),
+            *(["--detail-size", str(detail)] if detail else []),
             *(["--python", python] if python else []), *(extra or [])]
     return child_command(args)
 
@@ -107,10 +117,12 @@ _BAR = re.compile(r"(\d+)/(\d+) \[")
 # Lines of a Blender render child that say nothing about the training.
 _NOISE = ("Fra:", "Saved: '", "Time:")
 _BANNER = ("Blender ", "Read blend:", "Read prefs:")
-PHASE_SHARE = (0.4, 0.1, 0.5)  # rendering the training set, the held-out set, training
+# Each phase's share of a run's time: rendering the training set, the held-out set, the
+# larger detail set (``--detail-size`` only), then training.
+PHASE_SHARE = {"training": 0.4, "held-out": 0.1, "detail": 0.2, "steps": 0.5}
 # train-skin's line per rendered frame when its output is not a terminal (this child's).
-_RENDERING = re.compile(r"^train-skin: rendering the (?P<what>training|held-out) set: "
-                        r"(?P<done>\d+)/(?P<total>\d+) frames")
+_RENDERING = re.compile(r"^train-skin: rendering the (?P<what>training|held-out|\d+² detail) "
+                        r"set: (?P<done>\d+)/(?P<total>\d+) frames")
 
 
 class TrainingRun:
@@ -128,11 +140,17 @@ class TrainingRun:
         self.status = "training: starting…"
         self.code: int | None = None
         self.stopping = False  # Cancel asked: the status says so until the child ends
+        self.phases = self.phases_of(cmd)
         self._ended: float | None = None  # when the child was first seen ended
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, env=env)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+
+    @staticmethod
+    def phases_of(cmd: list[str]) -> list[str]:
+        """The phases a run of ``cmd`` goes through (keys of :data:`PHASE_SHARE`)."""
+        return [p for p in PHASE_SHARE if p != "detail" or "--detail-size" in cmd]
 
     def _read(self) -> None:
         buf = b""
@@ -162,14 +180,18 @@ class TrainingRun:
         if text.startswith(_BANNER):  # the child Blender's banner says nothing of the phase
             return
         m, rendering = _BAR.search(text), _RENDERING.match(text)
-        if rendering:  # phases 1 and 2: the training and the held-out set
-            phase = 0 if rendering["what"] == "training" else 1
+        n = len(self.phases)
+        if rendering:  # the training, held-out and detail sets
+            what = rendering["what"]
+            key = "detail" if what.endswith("detail") else what
+            phase = self.phases.index(key) if key in self.phases else 1  # (a detail set
+            # the command did not name: counted with the held-out set)
             self._advance(phase, int(rendering["done"]) / max(1, int(rendering["total"])))
-            text = (f"{phase + 1}/3 rendering the {rendering['what']} set: "
+            text = (f"{phase + 1}/{n} rendering the {what} set: "
                     f"{rendering['done']}/{rendering['total']} frames")
         elif text.startswith("skin:") and m and int(m[2]) > 0:
-            self._advance(2, int(m[1]) / int(m[2]))
-            text = f"3/3 training: step {m[1]}/{m[2]}"
+            self._advance(n - 1, int(m[1]) / int(m[2]))
+            text = f"{n}/{n} training: step {m[1]}/{m[2]}"
         elif text.startswith("model folder written:"):
             self.progress = 1.0
         else:
@@ -178,10 +200,12 @@ class TrainingRun:
             self.status = text[:110]
 
     def _advance(self, phase: int, fraction: float) -> None:
-        """The bar over the three phases (their share of a run's time), never going back."""
-        start = sum(PHASE_SHARE[:phase])
-        self.progress = max(self.progress,
-                            min(1.0, start + PHASE_SHARE[phase] * min(1.0, fraction)))
+        """The bar over the run's phases (their share of its time), never going back."""
+        shares = [PHASE_SHARE[p] for p in self.phases]
+        total = sum(shares)
+        start = sum(shares[:phase])
+        self.progress = max(self.progress, min(1.0, (start + shares[phase] * min(1.0, fraction))
+                                               / total))
 
     def step(self) -> bool:
         """Take the lines read since the last tick; True once the child has ended
@@ -311,6 +335,11 @@ class PS_OT_train_skin(TrainerOperator, bpy.types.Operator):
         if training_running():
             cls.poll_message_set("A training is running")
             return False
+        s = _settings(context)
+        if 0 < int(s.detail) <= int(s.size):
+            cls.poll_message_set(f"Detail {s.detail}² must be larger than the Size "
+                                 f"({s.size}²): choose a larger Detail or No Detail Frames")
+            return False
         return True
 
     def _command(self, context) -> list[str]:
@@ -319,7 +348,7 @@ class PS_OT_train_skin(TrainerOperator, bpy.types.Operator):
         return train_command(bpy.data.filepath, bpy.path.abspath(s.model_dir), s.minutes,
                              int(s.size), s.device, s.resume, python,
                              ["--frames-per-clip", str(self.frames_per_clip),
-                              "--samples", str(self.samples)])
+                              "--samples", str(self.samples)], detail=int(s.detail))
 
     def _start(self, context) -> TrainingRun:
         if bpy.data.is_dirty:
@@ -486,6 +515,7 @@ class PS_PT_skin(SidebarPanel, bpy.types.Panel):
         row = col.row(align=True)
         row.prop(s, "size", text="")
         row.prop(s, "device", text="")
+        col.prop(s, "detail", text="")
         col.prop(s, "resume")
         job = _RUN["job"]
         if training_running():

@@ -8,6 +8,7 @@ import json
 import sys
 import tomllib
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -46,6 +47,16 @@ def test_train_needs_a_saved_file_and_builds_the_cli_command(registered, tmp_pat
     assert cmd[3:] == ["train-skin", "--character", str(blend), "--out", str(tmp_path / "m"),
                        "--minutes", "5", "--size", "128", "--device", "cpu", "--resume",
                        "--python", "/py"]
+    s = bpy.context.scene.painted_skin_skin
+    s.size, s.detail = "256", "256"  # the detail frames must be larger than the Size
+    assert not bpy.ops.painted_skin.train_skin.poll()
+    s.detail = "512"
+    assert bpy.ops.painted_skin.train_skin.poll()
+    button = SimpleNamespace(frames_per_clip=24, samples=16)  # the operator's own fields
+    cmd = skin_ui.PS_OT_train_skin._command(button, bpy.context)
+    assert cmd[cmd.index("--size") + 1] == "256" and cmd[cmd.index("--detail-size") + 1] == "512"
+    s.detail = "0"
+    assert "--detail-size" not in skin_ui.PS_OT_train_skin._command(button, bpy.context)
 
 
 def test_a_model_trained_here_is_served_by_the_panels_backend_as_scene(registered, tmp_path):

@@ -124,3 +124,17 @@ def test_the_status_names_the_phase_and_its_count_not_blenders_banner(registered
                     ("1/3 rendering the training set: 12/12 frames", 0.4),
                     ("2/3 rendering the held-out set: 6/6 frames", 0.5),
                     ("3/3 training: step 40/100", 0.7)]
+
+    # With --detail-size, the larger set is a phase of its own, between them.
+    job.phases = skin_ui.TrainingRun.phases_of(["train-skin", "--detail-size", "256"])
+    job.progress, seen = 0.0, []
+    for line in ("train-skin: rendering the training set: 12/12 frames",
+                 "train-skin: rendering the held-out set: 6/6 frames",
+                 "train-skin: rendering the 256² detail set: 4/8 frames",
+                 "skin: 40%|####      | 40/100 [00:10<00:15]"):
+        job._take(line)
+        seen.append((job.status, round(job.progress, 3)))
+    assert seen == [("1/4 rendering the training set: 12/12 frames", 0.333),
+                    ("2/4 rendering the held-out set: 6/6 frames", 0.417),
+                    ("3/4 rendering the 256² detail set: 4/8 frames", 0.5),
+                    ("4/4 training: step 40/100", 0.75)]
