@@ -254,22 +254,26 @@ def _surface_uvs(geo: ShotGeometry, s: _Surface) -> dict[str | None, np.ndarray]
     return {k: (s.b * v[s.t]).sum(axis=1) for k, v in geo.albedo_surface().corner_uvs.items()}
 
 
-def surface_roughness(geo: ShotGeometry, s: _Surface) -> np.ndarray:
-    """(N,) the materials' roughness at the samples (their images read at the point)."""
+def surface_gloss(geo: ShotGeometry, s: _Surface) -> tuple[np.ndarray, np.ndarray]:
+    """(N,) the materials' roughness and (N,) their F0 at the samples (their images read
+    at the point)."""
     from ...core.passes.albedo import albedo
 
     surf = geo.albedo_surface()
-    return albedo(surf.roughness, surf.tri_source[s.t], _surface_uvs(geo, s))[:, 0]
+    uvs, src = _surface_uvs(geo, s), surf.tri_source[s.t]
+    return albedo(surf.roughness, src, uvs)[:, 0], albedo(surf.f0, src, uvs)[:, 0]
 
 
-def roughness_image(geo: ShotGeometry, g: FrameGeometry) -> np.ndarray:
-    """(H, W) the materials' roughness at each pixel's centre (NaN where uncovered), for
-    an engine whose passes come from elsewhere (Cycles has no roughness pass)."""
+def gloss_images(geo: ShotGeometry, g: FrameGeometry) -> tuple[np.ndarray, np.ndarray]:
+    """(H, W) the materials' roughness and (H, W) F0 at each pixel's centre (NaN where
+    uncovered), for an engine whose passes come from elsewhere (Cycles has no such
+    pass)."""
     cam = g.camera
     frag = rasterize_culled(cam.to_camera(g.positions), geo.tris, geo.cullable, cam)
-    out = np.full(frag.mask.shape, np.nan, np.float32)
-    out[frag.mask] = surface_roughness(geo, _surface(geo, g, cam, frag))
-    return out
+    rough = np.full(frag.mask.shape, np.nan, np.float32)
+    f0 = rough.copy()
+    rough[frag.mask], f0[frag.mask] = surface_gloss(geo, _surface(geo, g, cam, frag))
+    return rough, f0
 
 
 def _albedo(geo: ShotGeometry, g: FrameGeometry, s: _Surface, one_tap: bool = False
@@ -353,8 +357,8 @@ def _canonical_passes(geo: ShotGeometry, g: FrameGeometry, frag: Fragments,
         if "irradiance" in want:
             res["irradiance"] = irradiance(s.p, ns, v, lights)
         if "specular" in want:
-            res["specular"] = specular(s.p, ns, s.view, v, lights,
-                                       roughness=surface_roughness(geo, s))
+            rough, f0 = surface_gloss(geo, s)
+            res["specular"] = specular(s.p, ns, s.view, v, lights, roughness=rough, f0=f0)
         return res
 
     centre = shade(s1, vis[0])

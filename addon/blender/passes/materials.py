@@ -12,8 +12,9 @@ node groups, a varying colour attribute) falls back to the material's viewport c
 and is reported, so the pass never silently lies.
 
 The surface's roughness (the ``specular`` pass's lobe) is read the same way from the
-BSDF's Roughness (a colour feeding it gives its luminance, as Blender converts);
-anything else takes the material's viewport roughness and is reported.
+BSDF's Roughness (a colour feeding it gives its luminance, as Blender converts), and its
+reflectance (F0) from the IOR, Specular IOR Level and Specular Tint; anything else takes
+the material's viewport roughness (F0 0.04) and is reported.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import numpy as np
 
 from ...core.passes import shader_values as SV
 from ...core.passes.albedo import DEFAULT_ALBEDO, AlbedoSource, srgb_to_linear
+from ...core.passes.irradiance import SPECULAR_F0
 
 
 @dataclass
@@ -36,9 +38,11 @@ class AlbedoSurface:
     tri_source: np.ndarray  # (T,) int32 index into sources
     corner_uvs: dict[str | None, np.ndarray]  # UV-map name (None: render) -> (T, 3, 2)
     approximated: list[str]  # names of materials read only approximately
-    # Per source, its roughness read the same way (every channel the one value).
+    # Per source, its roughness and its reflectance at normal incidence (F0), read the
+    # same way (every channel the one value).
     roughness: list[AlbedoSource] = field(default_factory=list)
-    rough_approximated: list[str] = field(default_factory=list)
+    rough_approximated: list[str] = field(default_factory=list)  # either read roughly
+    f0: list[AlbedoSource] = field(default_factory=list)
 
 
 def _from(socket: bpy.types.NodeSocket) -> bpy.types.Node | None:
@@ -274,6 +278,36 @@ def roughness_source(mat: bpy.types.Material | None, cache: dict[str, np.ndarray
         return viewport
 
 
+def f0_source(mat: bpy.types.Material | None, cache: dict[str, np.ndarray],
+              meshes: Sequence[bpy.types.Mesh] = ()) -> AlbedoSource:
+    """The reflectance at normal incidence ``mat``'s gloss has (the ``specular`` pass's
+    F0), as Cycles' Principled BSDF derives it: ((IOR - 1) / (IOR + 1))² times twice
+    the Specular IOR Level (0.5 leaves it; at most 0.99), times the Specular Tint's
+    luminance; a Diffuse BSDF has none. ``exact`` False where the default 0.04 stands
+    in for a tree this does not follow."""
+    default = AlbedoSource(color=np.full(3, SPECULAR_F0, np.float32))
+    if mat is None:
+        return default
+    bsdf = _surface_bsdf(mat)
+    if bsdf is not None and bsdf.bl_idname == "ShaderNodeBsdfDiffuse":
+        return AlbedoSource(color=np.zeros(3, np.float32))
+    if bsdf is None or bsdf.bl_idname != "ShaderNodeBsdfPrincipled":
+        return AlbedoSource(color=default.color, exact=False)
+    reader = _TreeReader(cache, meshes)
+    try:
+        ins = [reader.socket(bsdf.inputs[k]) for k in ("IOR", "Specular IOR Level")]
+        tint = SV.to_float(reader.socket(bsdf.inputs["Specular Tint"]))
+        return _as_source(SV.apply(dielectric_f0, *ins, tint))
+    except SV.Unsupported:
+        return AlbedoSource(color=default.color, exact=False)
+
+
+def dielectric_f0(ior: np.ndarray, level: np.ndarray, tint: np.ndarray) -> np.ndarray:
+    """Cycles' Principled F0 from its IOR, Specular IOR Level and Specular Tint."""
+    f0 = ((ior - 1.0) / np.where(ior + 1.0 != 0.0, ior + 1.0, 1.0)) ** 2
+    return np.minimum(f0 * 2.0 * level, 0.99) * tint
+
+
 def _viewport(mat: bpy.types.Material | None) -> AlbedoSource:
     col = DEFAULT_ALBEDO if mat is None else tuple(mat.diffuse_color)[:3]
     return AlbedoSource(color=np.array(col, np.float32), exact=mat is None)
@@ -326,6 +360,7 @@ def read_albedo_surface(objects: list[bpy.types.Object], evaluated, polygon_of_t
     tri_source, named, approximated = [], {}, []
     rough: list[AlbedoSource] = []
     rough_approx: list[str] = []
+    f0: list[AlbedoSource] = []
     t_off = 0
     wearers = material_wearers(objects)
     for ob, polys, corners in zip(objects, polygon_of_tri, corners_of_tri, strict=True):
@@ -340,7 +375,8 @@ def read_albedo_surface(objects: list[bpy.types.Object], evaluated, polygon_of_t
                 if not sources[-1].exact:
                     approximated.append(key)
                 rough.append(roughness_source(mat, cache, wearers.get(key, ())))
-                if not rough[-1].exact:
+                f0.append(f0_source(mat, cache, wearers.get(key, ())))
+                if not (rough[-1].exact and f0[-1].exact):
                     rough_approx.append(key)
             index.append(key_of[key])
         me = ev.to_mesh()
@@ -350,7 +386,7 @@ def read_albedo_surface(objects: list[bpy.types.Object], evaluated, polygon_of_t
                 me.polygons.foreach_get("material_index", mi)
             slot = np.clip(mi[polys], 0, len(index) - 1)
             tri_source.append(np.asarray(index, np.int32)[slot])
-            for src in [x for i in set(index) for x in (sources[i], rough[i])]:
+            for src in [x for i in set(index) for x in (sources[i], rough[i], f0[i])]:
                 name = src.uv_map
                 if name is None:
                     continue
@@ -365,4 +401,4 @@ def read_albedo_surface(objects: list[bpy.types.Object], evaluated, polygon_of_t
         t_off += len(polys)
     uvs = {None: render_uvs, **named}
     return AlbedoSurface(sources, np.concatenate(tri_source), uvs, approximated, rough,
-                         rough_approx)
+                         rough_approx, f0)

@@ -31,8 +31,8 @@ from ...core.passes.raster import inside_closed_mesh
 from .fast import (  # noqa: F401
     box_of,
     fast_frame,
+    gloss_images,
     rasterize_culled,
-    roughness_image,
     shadow_resolution,
     skeleton_pass,
 )
@@ -131,11 +131,12 @@ def _cycles_canonical(scene: bpy.types.Scene, geo: ShotGeometry, g: FrameGeometr
             arrays["light_visibility"] = vis
         emissions = [li.emission() for li in g.lights]
         if "specular" in want:
-            from ...core.passes.irradiance import SPECULAR_ROUGHNESS
+            from ...core.passes.irradiance import SPECULAR_F0, SPECULAR_ROUGHNESS
 
-            rough = roughness_image(geo, g)
+            rough, f0 = gloss_images(geo, g)
             # A pixel Cycles covers and the raster does not (a silhouette's edge).
             rough = np.where(np.isnan(rough), SPECULAR_ROUGHNESS, rough)[m]
+            f0 = np.where(np.isnan(f0), SPECULAR_F0, f0)[m]
         for name in ("irradiance", "specular"):
             if name not in want:
                 continue
@@ -144,7 +145,7 @@ def _cycles_canonical(scene: bpy.types.Scene, geo: ShotGeometry, g: FrameGeometr
                 light[m] = irradiance(pos[m], arrays["normal_world"][m], vis[m], emissions)
             else:
                 light[m] = specular(pos[m], arrays["normal_world"][m], view[m], vis[m],
-                                    emissions, roughness=rough)
+                                    emissions, roughness=rough, f0=f0)
             arrays[name] = light
 
 
@@ -346,8 +347,8 @@ def make_passes(scene: bpy.types.Scene, opts: PassOptions, out: Path,
     rough = geo.albedo_surface().rough_approximated if "specular" in want else []
     if rough:
         warnings.append("specular: the viewport roughness stands for material(s) "
-                        f"{', '.join(rough)} (a Roughness input the passes do not read: a "
-                        "constant or an Image Texture reads exactly)")
+                        f"{', '.join(rough)} (a Roughness or IOR input behind a node the "
+                        "passes do not follow: a procedural texture or a node group)")
     frame_now = scene.frame_current
     try:
         if opts.near is not None and opts.far is not None:

@@ -97,8 +97,9 @@ CONVENTIONS = {
                   "covered ones): shadow edges and outlines blend as in the render; "
                   "cycles engine: at the pixel's centre",
     "specular": "EXR float32 R,G,B linear: the lights' direct light reflected toward the "
-                "camera by a glossy dielectric of the material's roughness (GGX, F0 0.04: "
-                "a black Principled BSDF; 0.6 where the roughness is not read), times "
+                "camera by a glossy dielectric of the material's roughness and F0 (GGX: "
+                "a black Principled BSDF of its IOR, Specular IOR Level and Specular "
+                "Tint; 0.6 and 0.04 where they are not read), times "
                 "each light's colour and light_visibility; 0 where empty. Highlights and "
                 "the Fresnel rim of a light from behind. Filtered over the pixel as "
                 "irradiance is",

@@ -19,7 +19,8 @@ recoloured, a second one) reach the painting as the renderer would light them,
 instead of the one light rig its training saw.
 
 ``specular`` is the same lights reflected toward the camera by a glossy dielectric of
-the surface's roughness (GGX, Principled BSDF's F0 of 0.04): the highlights and the
+the surface's roughness and reflectance (GGX; F0 from the Principled BSDF's IOR, 0.04 at
+its default 1.5): the highlights and the
 Fresnel rim a light behind the character draws, which no diffuse term carries and a
 network cannot infer without the light's direction.
 """
@@ -103,19 +104,20 @@ def _smith_g1_over_cos(cos: np.ndarray, alpha2: float | np.ndarray) -> np.ndarra
 
 def specular(points: np.ndarray, normals: np.ndarray, view: np.ndarray,
              visibility: np.ndarray, lights: Sequence[LightEmission],
-             roughness: float | np.ndarray = SPECULAR_ROUGHNESS, f0: float = SPECULAR_F0
-             ) -> np.ndarray:
+             roughness: float | np.ndarray = SPECULAR_ROUGHNESS,
+             f0: float | np.ndarray = SPECULAR_F0) -> np.ndarray:
     """(N, 3) float32: the lights' direct light a glossy dielectric reflects toward the
     camera (GGX microfacets, Smith masking, Schlick Fresnel), in the render's linear
     units: the radiance a black Principled BSDF of ``roughness`` (one value, or (N,),
-    the surface's own) shows, shadowed by ``visibility``. ``view`` (N, 3): unit
-    directions from the surface to the camera."""
+    the surface's own) and reflectance ``f0`` (one value, or (N,)) shows, shadowed by
+    ``visibility``. ``view`` (N, 3): unit directions from the surface to the camera."""
     points = np.asarray(points, np.float64).reshape(-1, 3)
     n = np.asarray(normals, np.float64).reshape(-1, 3)
     v = np.asarray(view, np.float64).reshape(-1, 3)
     vis = np.asarray(visibility, np.float64).reshape(len(points), -1)
     rough = np.clip(np.asarray(roughness, np.float64), 1e-3, 1.0)
     alpha2 = rough.reshape(-1) ** 4 if rough.ndim else float(rough) ** 4  # alpha = r²
+    f0 = np.asarray(f0, np.float64).reshape(-1) if np.ndim(f0) else float(f0)
     cos_v = np.clip(np.einsum("ij,ij->i", n, v), 0.0, 1.0)
     gv = _smith_g1_over_cos(cos_v, alpha2)
     out = np.zeros((len(points), 3), np.float64)

@@ -263,6 +263,21 @@ def _roughness_in_image(bpy, value: float, socket: str) -> None:
     links.new(tex.outputs[socket], bsdf.inputs["Roughness"])
 
 
+def _errors_against_cycles(bpy, sun, tmp_path) -> dict[str, float]:
+    """Per engine, the specular pass's total absolute error against Cycles' glossy
+    render of the sphere (the light from the upper right), relative to the render's."""
+    sun.rotation_euler = (math.radians(60.0), 0.0, math.radians(25.0))
+    out = run_engines(bpy.context.scene, [1], (96, 96), passes=("depth", "mask", "specular"))
+    ref = _linear_beauty(bpy, tmp_path, 96).mean(-1)
+    errors = {}
+    for engine in ("cycles", "fast"):
+        a = out[engine][1][1]
+        inner = _eroded(a["mask"] > 0)
+        spec = a["specular"].astype(np.float64).mean(-1)
+        errors[engine] = float(np.abs(spec - ref)[inner].sum() / ref[inner].sum())
+    return errors
+
+
 @pytest.mark.parametrize("roughness, source", [(1.0, None), (0.3, "Alpha"), (0.3, "Color"),
                                                (0.3, "Green")])
 def test_specular_takes_the_surfaces_own_roughness(bpy_clean, tmp_path, roughness, source):
@@ -274,17 +289,25 @@ def test_specular_takes_the_surfaces_own_roughness(bpy_clean, tmp_path, roughnes
     sun = _glossy_sphere(bpy, 0.6 if source else roughness)
     if source:
         _roughness_in_image(bpy, roughness, source)
-    sun.rotation_euler = (math.radians(60.0), 0.0, math.radians(25.0))
-    out = run_engines(bpy.context.scene, [1], (96, 96), passes=("depth", "mask", "specular"))
-    ref = _linear_beauty(bpy, tmp_path, 96).mean(-1)
-    for engine in ("cycles", "fast"):
-        a = out[engine][1][1]
-        inner = _eroded(a["mask"] > 0)
-        spec = a["specular"].astype(np.float64).mean(-1)
-        err = np.abs(spec - ref)[inner].sum() / ref[inner].sum()
+    for engine, err in _errors_against_cycles(bpy, sun, tmp_path).items():
         # 0.09-0.14 (a narrow highlight read at the pixel's centre in the cycles engine);
         # a lobe of another roughness is 0.9-1.2 off
         assert err < 0.2, (engine, err)
+
+
+@pytest.mark.parametrize("ior, level", [(2.0, 0.5), (1.5, 1.0)])
+def test_specular_takes_the_surfaces_own_reflectance(bpy_clean, tmp_path, ior, level):
+    """A surface of IOR 2 (F0 0.11) or with its Specular IOR Level raised (F0 0.08)
+    reflects two or three times what the default's 0.04 does: the pass reads the
+    Principled BSDF's reflectance as Cycles derives it, so its highlights are as bright
+    as the render's."""
+    bpy = bpy_clean
+    sun = _glossy_sphere(bpy, 0.4)
+    bsdf = bpy.data.materials["black_gloss"].node_tree.nodes["Principled BSDF"]
+    bsdf.inputs["IOR"].default_value = ior
+    bsdf.inputs["Specular IOR Level"].default_value = level
+    for engine, err in _errors_against_cycles(bpy, sun, tmp_path).items():
+        assert err < 0.2, (engine, err)  # at the default's F0: 0.5-0.65 off
 
 
 def test_a_roughness_the_passes_cannot_read_is_named(bpy_clean, tmp_path):
