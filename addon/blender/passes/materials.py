@@ -41,26 +41,14 @@ class AlbedoSurface:
     # Per source, its roughness and its reflectance at normal incidence (F0), read the
     # same way (every channel the one value).
     roughness: list[AlbedoSource] = field(default_factory=list)
-    rough_approximated: list[str] = field(default_factory=list)  # either read roughly
+    rough_approximated: list[str] = field(default_factory=list)  # roughness or F0 guessed
     f0: list[AlbedoSource] = field(default_factory=list)
 
 
 def _from(socket: bpy.types.NodeSocket) -> bpy.types.Node | None:
     """The node feeding ``socket``, through reroutes; None when unlinked."""
-    return _from_output(socket)[0]
-
-
-def _from_output(socket: bpy.types.NodeSocket) -> tuple[bpy.types.Node | None, str]:
-    """The node feeding ``socket`` and the name of its output, through reroutes."""
-    while socket.is_linked:
-        link = socket.links[0]
-        if not link.is_valid or link.is_muted:
-            return None, ""
-        node = link.from_node
-        if node.bl_idname != "NodeReroute":
-            return node, link.from_socket.name
-        socket = node.inputs[0]
-    return None, ""
+    src = _source_socket(socket)
+    return None if src is None else src.node
 
 
 def _image_pixels(image: bpy.types.Image, cache: dict[str, np.ndarray]) -> np.ndarray | None:
