@@ -271,7 +271,8 @@ def f0_source(mat: bpy.types.Material | None, cache: dict[str, np.ndarray],
     """The reflectance at normal incidence ``mat``'s gloss has (the ``specular`` pass's
     F0), as Cycles' Principled BSDF derives it: ((IOR - 1) / (IOR + 1))² times twice
     the Specular IOR Level (0.5 leaves it; at most 0.99), times the Specular Tint's
-    luminance; a Diffuse BSDF has none. ``exact`` False where the default 0.04 stands
+    luminance, mixed by Metallic with the metal's (the base colour's luminance); a
+    Diffuse BSDF has none. ``exact`` False where the default 0.04 stands
     in for a tree this does not follow."""
     default = AlbedoSource(color=np.full(3, SPECULAR_F0, np.float32))
     if mat is None:
@@ -285,6 +286,10 @@ def f0_source(mat: bpy.types.Material | None, cache: dict[str, np.ndarray],
     try:
         ins = [reader.socket(bsdf.inputs[k]) for k in ("IOR", "Specular IOR Level")]
         tint = SV.to_float(reader.socket(bsdf.inputs["Specular Tint"]))
+        metallic = reader.socket(bsdf.inputs["Metallic"])
+        if metallic.is_image or np.any(metallic.value > 0.0):
+            base = SV.to_float(reader.socket(bsdf.inputs["Base Color"]))
+            return _as_source(SV.apply(principled_f0, *ins, tint, base, metallic))
         return _as_source(SV.apply(dielectric_f0, *ins, tint))
     except SV.Unsupported:
         return AlbedoSource(color=default.color, exact=False)
@@ -294,6 +299,15 @@ def dielectric_f0(ior: np.ndarray, level: np.ndarray, tint: np.ndarray) -> np.nd
     """Cycles' Principled F0 from its IOR, Specular IOR Level and Specular Tint."""
     f0 = ((ior - 1.0) / np.where(ior + 1.0 != 0.0, ior + 1.0, 1.0)) ** 2
     return np.minimum(f0 * 2.0 * level, 0.99) * tint
+
+
+def principled_f0(ior: np.ndarray, level: np.ndarray, tint: np.ndarray, base: np.ndarray,
+                  metallic: np.ndarray) -> np.ndarray:
+    """The F0 of Cycles' Principled mix of its dielectric and its metal (whose F0 is the
+    base colour, here its luminance: the pass is one channel, and the network's texture
+    carries a metal's hue), weighted by Metallic."""
+    m = np.clip(metallic, 0.0, 1.0)
+    return (1.0 - m) * dielectric_f0(ior, level, tint) + m * base
 
 
 def _viewport(mat: bpy.types.Material | None) -> AlbedoSource:

@@ -310,6 +310,34 @@ def test_specular_takes_the_surfaces_own_reflectance(bpy_clean, tmp_path, ior, l
         assert err < 0.2, (engine, err)  # at the default's F0: 0.5-0.65 off
 
 
+@pytest.mark.parametrize("base_from_image", [False, True])
+def test_a_metal_reflects_its_base_colour(bpy_clean, tmp_path, base_from_image):
+    """A metal's reflectance is its base colour (a grey 0.3 reflects seven times a
+    dielectric's 0.04 at normal incidence; a coloured image's texels their luminance):
+    the pass's highlights are as bright as Cycles renders a metallic armour or robot."""
+    bpy = bpy_clean
+    sun = _glossy_sphere(bpy, 0.4)
+    sun.data.energy = 0.6  # the metal's highlight stays under the render's white
+    bsdf = bpy.data.materials["black_gloss"].node_tree.nodes["Principled BSDF"]
+    bsdf.inputs["Metallic"].default_value = 1.0
+    if base_from_image:
+        _base_colour_image(bpy, bsdf, (0.45, 0.3, 0.15))
+    else:
+        bsdf.inputs["Base Color"].default_value = (0.3, 0.3, 0.3, 1.0)
+    for engine, err in _errors_against_cycles(bpy, sun, tmp_path).items():
+        assert err < 0.2, (engine, err)  # a dielectric's F0: 0.85 off
+
+
+def _base_colour_image(bpy, bsdf, rgb: tuple[float, float, float]) -> None:
+    """``bsdf``'s Base Color from a 4x4 image of ``rgb`` (linear)."""
+    img = bpy.data.images.new("base", 4, 4, float_buffer=True)
+    img.colorspace_settings.name = "Non-Color"
+    img.pixels.foreach_set(np.tile([*rgb, 1.0], 16).astype(np.float32))
+    tex = bsdf.id_data.nodes.new("ShaderNodeTexImage")
+    tex.image = img
+    bsdf.id_data.links.new(tex.outputs["Color"], bsdf.inputs["Base Color"])
+
+
 def test_a_roughness_the_passes_cannot_read_is_named(bpy_clean, tmp_path):
     """A procedural Roughness takes the material's viewport roughness, and the passes'
     warnings say which material; a constant reads exactly and says nothing."""
