@@ -254,14 +254,21 @@ def _surface_uvs(geo: ShotGeometry, s: _Surface) -> dict[str | None, np.ndarray]
     return {k: (s.b * v[s.t]).sum(axis=1) for k, v in geo.albedo_surface().corner_uvs.items()}
 
 
+def _surface_colors(geo: ShotGeometry, s: _Surface) -> dict[str, np.ndarray]:
+    """Every colour attribute the materials multiply by, at the samples."""
+    return {k: (s.b * v[s.t]).sum(axis=1)
+            for k, v in geo.albedo_surface().corner_colors.items()}
+
+
 def surface_gloss(geo: ShotGeometry, s: _Surface) -> tuple[np.ndarray, np.ndarray]:
     """(N,) the materials' roughness and (N,) their F0 at the samples (their images read
     at the point)."""
     from ...core.passes.albedo import albedo
 
     surf = geo.albedo_surface()
-    uvs, src = _surface_uvs(geo, s), surf.tri_source[s.t]
-    return albedo(surf.roughness, src, uvs)[:, 0], albedo(surf.f0, src, uvs)[:, 0]
+    uvs, src, cols = _surface_uvs(geo, s), surf.tri_source[s.t], _surface_colors(geo, s)
+    return (albedo(surf.roughness, src, uvs, attributes=cols)[:, 0],
+            albedo(surf.f0, src, uvs, attributes=cols)[:, 0])
 
 
 def gloss_images(geo: ShotGeometry, g: FrameGeometry) -> tuple[np.ndarray, np.ndarray]:
@@ -285,7 +292,8 @@ def _albedo(geo: ShotGeometry, g: FrameGeometry, s: _Surface, one_tap: bool = Fa
     cam_corners = s.cam.to_camera(g.positions[geo.tris[s.t]])
     grads = {k: uv_gradients(s.cam.project, cam_corners, s.b[:, :, 0], v[s.t])
              for k, v in surf.corner_uvs.items()}
-    return albedo(surf.sources, surf.tri_source[s.t], uvs, grads, one_tap)
+    return albedo(surf.sources, surf.tri_source[s.t], uvs, grads, one_tap,
+                  _surface_colors(geo, s))
 
 
 def _shading_normals(g: FrameGeometry, s: _Surface) -> np.ndarray:

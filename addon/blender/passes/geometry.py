@@ -414,7 +414,7 @@ class ShotGeometry:
         from ...core.passes.albedo import texture_islands
 
         surf = self.albedo_surface()
-        return texture_islands(self.tris, surf.tri_source, surf.corner_uvs)
+        return texture_islands(self.tris, surf.tri_source, surf.corner_uvs, surf.corner_colors)
 
     def _vertex_parts(self, ob: bpy.types.Object, me) -> np.ndarray:
         """Part id per vertex from its dominant deforming bone's canonical joint."""

@@ -3,13 +3,14 @@
 What it reads: the Cycles output's surface shader, a Principled (or Diffuse) BSDF, and
 its Base Color times 1 - Metallic, through the nodes real characters put there:
 constants, RGB and Value nodes, Image Textures (at a UV Map node's map or the render UV
-map), colour attributes that are one colour over the mesh, and the per-texel arithmetic
+map), colour attributes (glTF's vertex colours: one colour over the mesh, or varying and
+multiplied into the rest), and the per-texel arithmetic
 between them (Mix, Math, Separate / Combine Color, Invert, Gamma, Map Range, Clamp,
 Color Ramp: ``core.passes.shader_values``). That covers what the glTF and FBX importers
 build (a base colour times its factor and the vertex colours, a metallic-roughness image
 split into channels) and most hand-made characters. Anything else (procedural textures,
-node groups, a varying colour attribute) falls back to the material's viewport colour
-and is reported, so the pass never silently lies.
+node groups, a varying colour attribute through more than a product) falls back to the
+material's viewport colour and is reported, so the pass never silently lies.
 
 The surface's roughness (the ``specular`` pass's lobe) is read the same way from the
 BSDF's Roughness (a colour feeding it gives its luminance, as Blender converts), and its
@@ -43,6 +44,8 @@ class AlbedoSurface:
     roughness: list[AlbedoSource] = field(default_factory=list)
     rough_approximated: list[str] = field(default_factory=list)  # roughness or F0 guessed
     f0: list[AlbedoSource] = field(default_factory=list)
+    # Colour-attribute name (as the sources name it) -> (T, 3, 3) linear colour per corner
+    corner_colors: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def _from(socket: bpy.types.NodeSocket) -> bpy.types.Node | None:
@@ -92,13 +95,34 @@ def _image_alpha(image: bpy.types.Image, cache: dict[str, np.ndarray]) -> np.nda
     return cache[key]
 
 
+def _color_attribute(me: bpy.types.Mesh, name: str):
+    """Colour attribute ``name`` of ``me`` ("" its render one), or None."""
+    attrs = me.color_attributes
+    return attrs.get(name or attrs.default_color_name or "")
+
+
+def corner_colors(me: bpy.types.Mesh, name: str, corners: np.ndarray) -> np.ndarray:
+    """(T, 3, 3) linear RGB of colour attribute ``name`` at ``corners`` (T, 3) loop
+    indices of ``me`` (black where the mesh lacks it)."""
+    attr = _color_attribute(me, name)
+    if attr is None or not len(attr.data):
+        return np.zeros((*corners.shape, 3), np.float32)
+    buf = np.empty(len(attr.data) * 4, np.float32)
+    attr.data.foreach_get("color", buf)  # linear for byte and float colours alike
+    rgb = buf.reshape(-1, 4)[:, :3]
+    if attr.domain == "POINT":
+        vert = np.empty(len(me.loops), np.int32)
+        me.loops.foreach_get("vertex_index", vert)
+        return rgb[vert[corners]]
+    return rgb[corners]
+
+
 def uniform_color(meshes: Sequence[bpy.types.Mesh], name: str) -> np.ndarray | None:
     """(4,) linear RGBA of colour attribute ``name`` ("" the render one) where it is the
     same on every corner of every mesh; None where it varies or a mesh lacks it."""
     value = None
     for me in meshes:
-        attrs = me.color_attributes
-        attr = attrs.get(name or attrs.default_color_name or "")
+        attr = _color_attribute(me, name)
         if attr is None:
             return None
         if not len(attr.data):
@@ -152,10 +176,7 @@ class _TreeReader:
         if kind == "ShaderNodeTexImage":
             return self._image(node, name)
         if kind == "ShaderNodeVertexColor":
-            rgba = uniform_color(self.meshes, node.layer_name)
-            if rgba is None:
-                raise SV.Unsupported("a colour attribute that varies over the mesh")
-            return SV.constant(rgba[3] if name == "Alpha" else rgba[:3])
+            return self._color_attribute(node.layer_name, name)
         if kind == "ShaderNodeMix":
             if node.data_type == "RGBA":
                 return SV.mix(node.blend_type, i(node, "Factor_Float"), i(node, "A_Color"),
@@ -197,6 +218,14 @@ class _TreeReader:
             return fn(i(node, "Fac"), table, node.color_ramp.interpolation != "CONSTANT")
         raise SV.Unsupported(f"a {node.bl_label or kind} node")
 
+    def _color_attribute(self, layer: str, output: str) -> SV.ShaderValue:
+        rgba = uniform_color(self.meshes, layer)
+        if rgba is not None:
+            return SV.constant(rgba[3] if output == "Alpha" else rgba[:3])
+        if output == "Alpha" or any(_color_attribute(me, layer) is None for me in self.meshes):
+            raise SV.Unsupported("a colour attribute's alpha, or one a mesh lacks")
+        return SV.attribute(layer)
+
     @staticmethod
     def _ramp_table(node: bpy.types.Node) -> np.ndarray:
         ramp = node.color_ramp
@@ -235,10 +264,11 @@ def _as_source(value: SV.ShaderValue, scale: np.ndarray | float = 1.0) -> Albedo
     """``value`` times ``scale`` as a source the passes read."""
     scale = np.broadcast_to(np.asarray(scale, np.float32), (3,)).copy()
     if not value.is_image:
-        return AlbedoSource(color=value.value * scale)
+        return AlbedoSource(color=value.value * scale, attribute=value.attribute)
     s = value.sampler
     return AlbedoSource(color=scale, image=value.value, uv_map=s.uv_map,
-                        extension=s.extension, interpolation=s.interpolation)
+                        extension=s.extension, interpolation=s.interpolation,
+                        attribute=value.attribute)
 
 
 def _surface_bsdf(mat: bpy.types.Material) -> bpy.types.Node | None:
@@ -333,7 +363,7 @@ def albedo_source(mat: bpy.types.Material | None, cache: dict[str, np.ndarray],
         metallic = reader.socket(bsdf.inputs["Metallic"])
         if not metallic.is_image:  # a scale: the base colour's image is shared, not copied
             return _as_source(base, 1.0 - metallic.value)
-        return _as_source(SV.apply(lambda c, m: c * (1.0 - m), base, metallic))
+        return _as_source(SV.multiply(base, SV.apply(lambda m: 1.0 - m, metallic)))
     except SV.Unsupported:
         return _viewport(mat)
 
@@ -363,6 +393,7 @@ def read_albedo_surface(objects: list[bpy.types.Object], evaluated, polygon_of_t
     rough: list[AlbedoSource] = []
     rough_approx: list[str] = []
     f0: list[AlbedoSource] = []
+    colors: dict[str, np.ndarray] = {}
     t_off = 0
     wearers = material_wearers(objects)
     for ob, polys, corners in zip(objects, polygon_of_tri, corners_of_tri, strict=True):
@@ -389,6 +420,10 @@ def read_albedo_surface(objects: list[bpy.types.Object], evaluated, polygon_of_t
             slot = np.clip(mi[polys], 0, len(index) - 1)
             tri_source.append(np.asarray(index, np.int32)[slot])
             for src in [x for i in set(index) for x in (sources[i], rough[i], f0[i])]:
+                if src.attribute is not None:
+                    cols = colors.setdefault(src.attribute,
+                                             np.zeros((len(render_uvs), 3, 3), np.float32))
+                    cols[t_off:t_off + len(polys)] = corner_colors(me, src.attribute, corners)
                 name = src.uv_map
                 if name is None:
                     continue
@@ -403,4 +438,4 @@ def read_albedo_surface(objects: list[bpy.types.Object], evaluated, polygon_of_t
         t_off += len(polys)
     uvs = {None: render_uvs, **named}
     return AlbedoSurface(sources, np.concatenate(tri_source), uvs, approximated, rough,
-                         rough_approx, f0)
+                         rough_approx, f0, colors)

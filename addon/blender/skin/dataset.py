@@ -35,7 +35,7 @@ DATASET_VERSION = 12  # 3: irradiance, 4: specular, 5: albedo, 6: albedo over th
 # 8: close-ups and steeper cameras in the orbits, 9: the film blends across UV seams,
 # 3² sub-pixel samples, 10: specular at the material's roughness, 11: albedo and
 # roughness through the nodes' arithmetic (glTF's trees), specular at the material's F0,
-# 12: a metal's F0 (its base colour)
+# 12: a metal's F0 (its base colour), colour attributes that vary
 # What the skin model reads (skeleton is not needed: the geometry is all here).
 PASSES = ("depth", "normal", "mask", "parts", "motion", "rest_position", "uv",
           "normal_world", "view_dir", "light_visibility", "irradiance", "specular", "albedo")

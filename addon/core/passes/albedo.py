@@ -8,7 +8,8 @@ surface is lit. Cycles' Diffuse Color pass holds the same values (the Principled
 base colour times 1 - metallic).
 
 Blender-free: a material's colour is a constant, or an image read at a UV map times a
-constant; the Blender layer reads the materials into :class:`AlbedoSource` objects.
+constant, either times a colour attribute interpolated between the triangle's corners;
+the Blender layer reads the materials into :class:`AlbedoSource` objects.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ class AlbedoSource:
     ``image``: (H, W, 3) float32 linear, row 0 at the bottom (Blender's pixel order), or
     None for a plain colour. ``uv_map``: the UV map the image is read at; None means the
     mesh's render UV map. ``extension``: Blender's Image Texture extension (REPEAT,
-    EXTEND, CLIP, MIRROR)."""
+    EXTEND, CLIP, MIRROR). ``attribute``: a colour attribute the colour is multiplied by
+    ("" the mesh's render one), or None."""
 
     color: np.ndarray = field(default_factory=lambda: np.array(DEFAULT_ALBEDO, np.float32))
     image: np.ndarray | None = None
@@ -42,6 +44,7 @@ class AlbedoSource:
     extension: str = "REPEAT"
     interpolation: str = "Linear"  # Closest: the nearest texel; anything else: bilinear
     exact: bool = True  # False: the material's tree is more than this reads (approximated)
+    attribute: str | None = None
     _mips: list[np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     def mips(self) -> list[np.ndarray]:
@@ -271,7 +274,8 @@ def sample_mip(src: AlbedoSource, uv: np.ndarray, grad: np.ndarray) -> np.ndarra
 def albedo(sources: list[AlbedoSource], source_of: np.ndarray,
            uvs: dict[str | None, np.ndarray],
            uv_grads: dict[str | None, np.ndarray] | None = None,
-           one_tap: bool = False) -> np.ndarray:
+           one_tap: bool = False,
+           attributes: dict[str, np.ndarray] | None = None) -> np.ndarray:
     """(N, 3) linear base colour of N surface points.
 
     ``source_of``: (N,) index into ``sources`` per point; ``uvs``: per UV-map name (None:
@@ -279,13 +283,16 @@ def albedo(sources: list[AlbedoSource], source_of: np.ndarray,
     ``uv_grads``: the same maps' (N, 2, 2) derivatives per pixel step (see
     :func:`footprint_texels`), for a footprint-filtered read; None reads at the point.
     ``one_tap``: one mip read per point instead of the filter's window
-    (:func:`sample_mip`; needs ``uv_grads``)."""
+    (:func:`sample_mip`; needs ``uv_grads``). ``attributes``: per colour-attribute name
+    the sources name, (N, 3) its value at every point (interpolated between corners)."""
     out = np.empty((len(source_of), 3), np.float32)
     for i, src in enumerate(sources):
         sel = source_of == i
         if not sel.any():
             continue
         col = np.asarray(src.color, np.float32)[:3]
+        if src.attribute is not None:
+            col = col * attributes[src.attribute][sel]
         if src.image is None:
             out[sel] = col
             continue
@@ -300,14 +307,17 @@ def albedo(sources: list[AlbedoSource], source_of: np.ndarray,
 
 
 def texture_islands(tris: np.ndarray, source_of: np.ndarray,
-                    corner_uvs: dict[str | None, np.ndarray]) -> np.ndarray:
+                    corner_uvs: dict[str | None, np.ndarray],
+                    corner_colors: dict[str, np.ndarray] | None = None) -> np.ndarray:
     """(T,) int32: one id per run of triangles the texture reads continuously.
 
     Two triangles are joined where they share an edge (two vertices) with the same
-    source and the same UVs at both ends in every map; a UV seam (the same edge, other
-    texels) or a change of material parts them. The film filter has to mix the two sides
-    of such a boundary from its sub-pixel samples; inside an island the footprint filter
-    at the pixel's centre already holds what the film averages. Without the seams, the
+    source, the same UVs at both ends in every map and the same colours in every colour
+    attribute (``corner_colors``, (T, 3, C) as ``corner_uvs``); a UV seam (the same edge,
+    other texels), a colour that changes at the edge, or a change of material parts them.
+    The film filter has to mix the two sides of such a boundary from its sub-pixel
+    samples; inside an island the footprint filter at the pixel's centre already holds
+    what the film averages. Without the seams, the
     flat-coloured UV islands of a palette texture (each face group its own colour) met
     in a hard step where Cycles' film blends them over 1.5 px."""
     tris = np.asarray(tris, np.int64)
@@ -321,12 +331,13 @@ def texture_islands(tris: np.ndarray, source_of: np.ndarray,
     # The UVs at the edge's low and high vertex, every map, as exact floats: a
     # continuous edge repeats its loops' values bit for bit.
     cols = [lo, hi, np.repeat(np.asarray(source_of, np.int64), 3)]
-    for uv in corner_uvs.values():
-        u0 = uv.reshape(-1, 2)
-        u1 = uv[:, [1, 2, 0]].reshape(-1, 2)
+    for uv in [*corner_uvs.values(), *(corner_colors or {}).values()]:
+        n = uv.shape[-1]
+        u0 = uv.reshape(-1, n)
+        u1 = uv[:, [1, 2, 0]].reshape(-1, n)
         ulo, uhi = np.where(flip[:, None], u1, u0), np.where(flip[:, None], u0, u1)
-        cols += [c.astype(np.float32).view(np.int32).astype(np.int64)
-                 for c in (ulo[:, 0], ulo[:, 1], uhi[:, 0], uhi[:, 1])]
+        cols += [c[:, k].astype(np.float32).view(np.int32).astype(np.int64)
+                 for c in (ulo, uhi) for k in range(n)]
     key = np.stack(cols, 1)
     order = np.lexsort(key.T[::-1])
     same = (key[order[1:]] == key[order[:-1]]).all(axis=1)

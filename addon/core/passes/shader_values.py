@@ -8,10 +8,13 @@ per-texel arithmetic on images read at one UV map, so the albedo and specular pa
 follow them exactly instead of falling back to the viewport colour.
 
 A :class:`ShaderValue` is (..., 3) float32: a constant (3,) or an image (H, W, 3), row 0
-at the bottom, with the :class:`Sampler` it is read with. A float is the same value in
-every channel. Operations broadcast constants over images; two images combine when they
-are read at the same UV map (the coarser is resampled to the finer's texels). Anything
-else raises :class:`Unsupported`, and the caller falls back and says so.
+at the bottom, with the :class:`Sampler` it is read with, optionally times a colour
+attribute that varies over the mesh (glTF's vertex colours: interpolated between the
+corners, so not a texel's arithmetic; a product is all that follows it exactly). A float
+is the same value in every channel. Operations broadcast constants over images; two
+images combine when they are read at the same UV map (the coarser is resampled to the
+finer's texels). Anything else raises :class:`Unsupported`, and the caller falls back and
+says so.
 
 Blender-free: the Blender layer walks the nodes and calls these with the nodes' settings.
 """
@@ -45,14 +48,37 @@ class Sampler:
 @dataclass(frozen=True)
 class ShaderValue:
     """A socket's value: ``value`` (3,) for a constant, (H, W, 3) for an image read with
-    ``sampler``."""
+    ``sampler``; times colour attribute ``attribute`` where one is named ("" the mesh's
+    render colour attribute)."""
 
     value: np.ndarray
     sampler: Sampler | None = None
+    attribute: str | None = None
 
     @property
     def is_image(self) -> bool:
         return self.sampler is not None
+
+
+def attribute(name: str) -> ShaderValue:
+    """Colour attribute ``name`` ("" the render one), varying over the mesh."""
+    return ShaderValue(np.ones(3, np.float32), None, name)
+
+
+def _no_attribute(*values: ShaderValue) -> None:
+    if any(v.attribute is not None for v in values):
+        raise Unsupported("a colour attribute that varies over the mesh, other than "
+                          "multiplied")
+
+
+def multiply(a: ShaderValue, b: ShaderValue) -> ShaderValue:
+    """``a`` times ``b``, channel by channel; one of them may carry a colour attribute."""
+    if a.attribute is not None and b.attribute is not None:
+        raise Unsupported("two colour attributes multiplied")
+    name = a.attribute if a.attribute is not None else b.attribute
+    plain = [ShaderValue(v.value, v.sampler) for v in (a, b)]
+    out = apply(lambda x, y: x * y, *plain)
+    return ShaderValue(out.value, out.sampler, name)
 
 
 def constant(v) -> ShaderValue:
@@ -70,12 +96,14 @@ def image(pixels: np.ndarray, sampler: Sampler) -> ShaderValue:
 
 def to_float(v: ShaderValue) -> ShaderValue:
     """The value a float socket takes from a colour: its luminance, in every channel."""
+    _no_attribute(v)
     lum = v.value @ LUMINANCE
     return ShaderValue(np.repeat(lum[..., None], 3, axis=-1).astype(np.float32), v.sampler)
 
 
 def channel(v: ShaderValue, k: int) -> ShaderValue:
     """Channel ``k`` (0 red, 1 green, 2 blue) of a colour, as a float."""
+    _no_attribute(v)
     one = v.value[..., k:k + 1]
     return ShaderValue(np.repeat(one, 3, axis=-1).astype(np.float32), v.sampler)
 
@@ -90,6 +118,7 @@ def _resample(v: ShaderValue, shape: tuple[int, int]) -> np.ndarray:
 
 def _operands(*values: ShaderValue) -> tuple[list[np.ndarray], Sampler | None]:
     """The values as arrays that broadcast together, and the result's sampler."""
+    _no_attribute(*values)
     images = [v for v in values if v.is_image]
     if not images:
         return [v.value for v in values], None
@@ -140,6 +169,10 @@ def mix(blend: str, factor: ShaderValue, a: ShaderValue, b: ShaderValue,
     :data:`MIX_BLENDS`; a float mix is the same with every channel equal."""
     if blend not in MIX_BLENDS:
         raise Unsupported(f"a Mix node's {blend} blend")
+    if blend == "MULTIPLY" and not factor.is_image and factor.attribute is None \
+            and np.all(factor.value >= 1.0) and (clamp_factor or np.all(factor.value == 1.0)) \
+            and not clamp_result:
+        return multiply(a, b)  # the factor at 1: a plain product (glTF's tree)
     op = MIX_BLENDS[blend]
     return apply(lambda f, x, y: op(x, y, np.clip(f, 0.0, 1.0) if clamp_factor else f),
                  factor, a, b, clamp=clamp_result)

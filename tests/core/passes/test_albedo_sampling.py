@@ -139,3 +139,7 @@ def test_texture_islands_part_at_uv_seams_and_materials_and_join_across_shared_u
     assert len(set(ids[:2])) == 1 and len({ids[1], ids[2], ids[3]}) == 3
     assert len(set(texture_islands(tris, np.zeros(4, int), {"second": smooth}))) == 1
     assert texture_islands(np.zeros((0, 3), int), np.zeros(0, int), {}).shape == (0,)
+    colours = np.ones((4, 3, 3), np.float32)
+    colours[1, 0] = 0.5  # the first edge's low vertex changes colour across it
+    ids = texture_islands(tris, np.zeros(4, int), {"second": smooth}, {"Col": colours})
+    assert ids[0] != ids[1] and ids[1] == ids[2] == ids[3]

@@ -81,3 +81,21 @@ def test_a_color_ramp_reads_its_table_as_cycles_does():
     np.testing.assert_allclose(out.value[0, 1], [1.0, 0.0, 0.5], atol=1e-6)  # clamped
     steps = SV.ramp(SV.constant(0.25), table, interpolate=False)  # CONSTANT: the entry
     np.testing.assert_allclose(steps.value[0], x[int(0.25 * (n - 1))], atol=1e-6)
+
+
+def test_vertex_colours_that_vary_follow_only_a_product():
+    """glTF's base colour times its vertex colours keeps the colour attribute (the passes
+    interpolate it between corners as Cycles does); any other arithmetic on it (a sum, a
+    blend, a float socket's luminance) is not a texel's and is refused, not guessed."""
+    col = SV.attribute("Col")
+    one = SV.constant(1.0)
+    out = SV.mix("MULTIPLY", one, _img(np.full((2, 2, 3), 0.5)), col)
+    assert out.attribute == "Col" and out.is_image
+    np.testing.assert_allclose(out.value, 0.5)
+    scaled = SV.multiply(SV.constant([0.5, 1.0, 0.8]), col)
+    assert scaled.attribute == "Col" and not scaled.is_image
+    for refused in (lambda: SV.mix("MULTIPLY", SV.constant(0.5), one, col),
+                    lambda: SV.mix("ADD", one, one, col), lambda: SV.to_float(col),
+                    lambda: SV.math("ADD", col, one, one), lambda: SV.multiply(col, col)):
+        with pytest.raises(SV.Unsupported):
+            refused()
