@@ -63,6 +63,7 @@ HELD_OUT_REAL = "bvh/cmu_3dsmax_friendly/131_01.bvh"
 # Stored at this precision: float16 where 1e-3 is plenty, float32 for UV and rest
 # position (a 1024² texture needs better than float16's 5e-4 near 1.0).
 _FLOAT32 = ("uv", "rest_position", "depth")
+_HALF_MAX = float(np.finfo(np.float16).max)
 
 Progress = Callable[[int, int], None]  # (done, total)
 
@@ -345,8 +346,11 @@ def _save_frame(path: Path, arrays: dict[str, np.ndarray], beauty: np.ndarray) -
         a = np.asarray(arrays[name])
         if a.dtype == bool:
             a = a.astype(np.uint8) * np.uint8(255)
-        elif a.dtype.kind == "f":
-            a = a.astype(np.float32 if name in _FLOAT32 else np.float16)
+        elif a.dtype.kind == "f" and name in _FLOAT32:
+            a = a.astype(np.float32)
+        elif a.dtype.kind == "f":  # beyond half's range (a motion vector to a point
+            # crossing the camera's plane): its largest value, not an overflow
+            a = np.clip(a, -_HALF_MAX, _HALF_MAX).astype(np.float16)
         data[name] = a
     data["beauty"] = beauty
     target = output_target(path, "training frame")

@@ -330,3 +330,25 @@ def test_detail_size_renders_the_training_motions_larger_and_hands_them_to_the_t
         tmp_path / "fp.json", tmp_path / "x.json")
     bad = TrainRequest("demo", tmp_path / "m", size=256, detail_size=256).problems()
     assert len(bad) == 1 and "--detail-size 256" in bad[0]
+
+
+def test_a_motion_vector_beyond_half_precision_is_stored_as_its_largest_value(tmp_path):
+    """A vertex crossing the camera's plane between frames projects thousands of frames
+    away (the robot of ../shared/data did in one training frame): the cached frame holds
+    half precision's largest value there, not an infinity the trainer would read, and the
+    user sees no overflow warning."""
+    import warnings
+
+    from painted_skin.addon.blender.skin import dataset as D
+
+    arrays = {name: np.zeros((4, 4, 3), np.float32) for name in D.PASSES}
+    arrays["mask"] = np.ones((4, 4), bool)
+    arrays["motion"] = np.zeros((4, 4, 4), np.float32)
+    arrays["motion"][0, 0] = [1.5, -2.0, 1e6, -3e5]
+    path = tmp_path / "00_0001.npz"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        D._save_frame(path, arrays, np.zeros((4, 4, 3), np.uint8))
+    motion = np.load(path)["motion"]
+    assert np.isfinite(motion).all()
+    np.testing.assert_array_equal(motion[0, 0], [1.5, -2.0, 65504.0, -65504.0])
