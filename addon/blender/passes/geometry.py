@@ -235,6 +235,16 @@ def render_meshes(scene: bpy.types.Scene) -> list[bpy.types.Object]:
             and o.visible_get()]
 
 
+def parent_bone(ob: bpy.types.Object) -> str | None:
+    """The bone ``ob`` rides rigidly: its own parent bone, or the nearest ancestor's
+    (a glTF node on a bone with meshes below it); None if it hangs from none."""
+    while ob.parent is not None:
+        if ob.parent_type == "BONE" and ob.parent.type == "ARMATURE":
+            return ob.parent_bone or None
+        ob = ob.parent
+    return None
+
+
 def find_armature(meshes: list[bpy.types.Object]) -> bpy.types.Object | None:
     """The armature deforming ``meshes`` (the first Armature modifier's), or None."""
     for ob in meshes:
@@ -417,12 +427,15 @@ class ShotGeometry:
         return texture_islands(self.tris, surf.tri_source, surf.corner_uvs, surf.corner_colors)
 
     def _vertex_parts(self, ob: bpy.types.Object, me) -> np.ndarray:
-        """Part id per vertex from its dominant deforming bone's canonical joint."""
+        """Part id per vertex from its dominant deforming bone's canonical joint; a mesh
+        that rides a bone rigidly (parented to it, or to an empty on it) takes that
+        bone's where no weight says otherwise."""
         n = len(me.vertices)
         part = np.full(n, PART_ID["accessory"], np.uint8)
         if not self.bone_map:
             return part
         canon_of_bone = {b: c for c, b in self.bone_map.items()}
+        part[:] = part_of_joint(canon_of_bone.get(parent_bone(ob)))
         group_part = np.full(max(len(ob.vertex_groups), 1), PART_ID["accessory"], np.uint8)
         for g in ob.vertex_groups:
             group_part[g.index] = part_of_joint(canon_of_bone.get(g.name))

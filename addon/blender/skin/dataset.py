@@ -30,12 +30,13 @@ from ..passes.beauty import beauty_settings, render_beauty  # noqa: F401 (the tr
 from ..passes.geometry import ShotGeometry
 from ..passes.render import PassOptions, iter_frames
 
-DATASET_VERSION = 12  # 3: irradiance, 4: specular, 5: albedo, 6: albedo over the pixel filter,
+DATASET_VERSION = 13  # 3: irradiance, 4: specular, 5: albedo, 6: albedo over the pixel filter,
 # 7: albedo, irradiance and specular over the film's filter (its true 3 px window),
 # 8: close-ups and steeper cameras in the orbits, 9: the film blends across UV seams,
 # 3² sub-pixel samples, 10: specular at the material's roughness, 11: albedo and
 # roughness through the nodes' arithmetic (glTF's trees), specular at the material's F0,
-# 12: a metal's F0 (its base colour), colour attributes that vary
+# 12: a metal's F0 (its base colour), colour attributes that vary, 13: a mesh on a bone
+# takes the bone's part, and rigid parts below an empty frame the cameras
 # What the skin model reads (skeleton is not needed: the geometry is all here).
 PASSES = ("depth", "normal", "mask", "parts", "motion", "rest_position", "uv",
           "normal_world", "view_dir", "light_visibility", "irradiance", "specular", "albedo")
@@ -240,9 +241,11 @@ def _add_rig(scene: bpy.types.Scene, rig: list[RigLight], centre: np.ndarray,
 
 
 def character_meshes(arm: bpy.types.Object) -> list[bpy.types.Object]:
-    """The meshes the armature deforms (or that are parented to it)."""
+    """The meshes the armature deforms, or that hang below it: parented to it, to one of
+    its bones, or to an empty on a bone (glTF's rigid parts: a robot's head and torso)."""
+    below = set(arm.children_recursive)
     out = [o for o in bpy.data.objects if o.type == "MESH" and (
-        o.parent == arm or any(m.type == "ARMATURE" and m.object == arm for m in o.modifiers))]
+        o in below or any(m.type == "ARMATURE" and m.object == arm for m in o.modifiers))]
     return sorted(out, key=lambda o: o.name)
 
 

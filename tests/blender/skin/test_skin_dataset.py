@@ -352,3 +352,26 @@ def test_a_motion_vector_beyond_half_precision_is_stored_as_its_largest_value(tm
     motion = np.load(path)["motion"]
     assert np.isfinite(motion).all()
     np.testing.assert_array_equal(motion[0, 0], [1.5, -2.0, 65504.0, -65504.0])
+
+
+def test_a_robot_of_rigid_parts_is_one_character_with_its_parts(bpy_clean, shared_data):
+    """glTF's rigid parts hang from a bone directly or through an empty on it (the robot
+    of ../shared/data: its head and torso sit below empties on the Head and Body bones):
+    they are the character (framed, fingerprinted, reported), and each part's pixels
+    carry its bone's body part, not "accessory"."""
+    from painted_skin.addon.blender.passes.geometry import ShotGeometry
+    from painted_skin.addon.blender.retarget.importers import import_character
+    from painted_skin.addon.blender.skin import dataset as D
+    from painted_skin.addon.core.passes.encodings import PART_ID
+
+    arm = import_character(shared_data / "characters" / "RobotExpressive.glb")
+    names = {o.name for o in D.character_meshes(arm)}
+    assert {"Head_2", "Head_3", "Torso_2", "ArmL", "HandL_1"} <= names
+    geo = ShotGeometry(bpy_clean.context.scene, 32, 32, need_camera=False)
+    starts = np.cumsum([0] + [nv for nv, _, _ in geo.counts])
+    part_of = {ob.name: set(geo.vertex_parts[a:b].tolist())
+               for ob, a, b in zip(geo.objects, starts[:-1], starts[1:], strict=True)}
+    assert part_of["Head_3"] == {PART_ID["head"]}
+    assert part_of["Torso_2"] == {PART_ID["torso"]}
+    assert part_of["ArmL"] == {PART_ID["left_upper_arm"]}
+    assert part_of["LowerLegR_1"] == {PART_ID["right_lower_leg"]}
