@@ -260,27 +260,32 @@ def _surface_colors(geo: ShotGeometry, s: _Surface) -> dict[str, np.ndarray]:
             for k, v in geo.albedo_surface().corner_colors.items()}
 
 
-def surface_gloss(geo: ShotGeometry, s: _Surface) -> tuple[np.ndarray, np.ndarray]:
-    """(N,) the materials' roughness and (N,) their F0 at the samples (their images read
-    at the point)."""
+def surface_gloss(geo: ShotGeometry, s: _Surface
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(N,) the materials' roughness, (N,) their F0 and (N, 3) their coat (weight,
+    roughness, F0) at the samples (their images read at the point)."""
     from ...core.passes.albedo import albedo
 
     surf = geo.albedo_surface()
     uvs, src, cols = _surface_uvs(geo, s), surf.tri_source[s.t], _surface_colors(geo, s)
     return (albedo(surf.roughness, src, uvs, attributes=cols)[:, 0],
-            albedo(surf.f0, src, uvs, attributes=cols)[:, 0])
+            albedo(surf.f0, src, uvs, attributes=cols)[:, 0],
+            albedo(surf.coat, src, uvs, attributes=cols))
 
 
-def gloss_images(geo: ShotGeometry, g: FrameGeometry) -> tuple[np.ndarray, np.ndarray]:
-    """(H, W) the materials' roughness and (H, W) F0 at each pixel's centre (NaN where
-    uncovered), for an engine whose passes come from elsewhere (Cycles has no such
-    pass)."""
+def gloss_images(geo: ShotGeometry, g: FrameGeometry
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(H, W) the materials' roughness, (H, W) F0 and (H, W, 3) coat at each pixel's
+    centre (NaN where uncovered), for an engine whose passes come from elsewhere (Cycles
+    has no such pass)."""
     cam = g.camera
     frag = rasterize_culled(cam.to_camera(g.positions), geo.tris, geo.cullable, cam)
     rough = np.full(frag.mask.shape, np.nan, np.float32)
     f0 = rough.copy()
-    rough[frag.mask], f0[frag.mask] = surface_gloss(geo, _surface(geo, g, cam, frag))
-    return rough, f0
+    coat = np.full(frag.mask.shape + (3,), np.nan, np.float32)
+    rough[frag.mask], f0[frag.mask], coat[frag.mask] = surface_gloss(
+        geo, _surface(geo, g, cam, frag))
+    return rough, f0, coat
 
 
 def _albedo(geo: ShotGeometry, g: FrameGeometry, s: _Surface, one_tap: bool = False
@@ -307,7 +312,7 @@ def _canonical_passes(geo: ShotGeometry, g: FrameGeometry, frag: Fragments,
     """rest_position, uv, albedo, view_dir, light_visibility, irradiance and specular from
     the frame's fragments (albedo, irradiance and specular averaged over the pixel:
     :data:`FILM_FILTERED`, from ``film_samples``² samples; 1: at the pixel's centre)."""
-    from ...core.passes.irradiance import irradiance, specular
+    from ...core.passes.irradiance import coated_specular, irradiance
     from ...core.passes.shadow import light_visibility
     from ...core.passes.world_light import world_light
 
@@ -365,8 +370,8 @@ def _canonical_passes(geo: ShotGeometry, g: FrameGeometry, frag: Fragments,
         if "irradiance" in want:
             res["irradiance"] = irradiance(s.p, ns, v, lights)
         if "specular" in want:
-            rough, f0 = surface_gloss(geo, s)
-            res["specular"] = specular(s.p, ns, s.view, v, lights, roughness=rough, f0=f0)
+            res["specular"] = coated_specular(s.p, ns, s.view, v, lights,
+                                              *surface_gloss(geo, s))
         return res
 
     centre = shade(s1, vis[0])

@@ -14,8 +14,9 @@ material's viewport colour and is reported, so the pass never silently lies.
 
 The surface's roughness (the ``specular`` pass's lobe) is read the same way from the
 BSDF's Roughness (a colour feeding it gives its luminance, as Blender converts), and its
-reflectance (F0) from the IOR, Specular IOR Level and Specular Tint; anything else takes
-the material's viewport roughness (F0 0.04) and is reported.
+reflectance (F0) from the IOR, Specular IOR Level, Specular Tint and Metallic, and its
+clear coat (weight, roughness, F0); anything else takes the material's viewport roughness
+(F0 0.04, no coat) and is reported.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ class AlbedoSurface:
     roughness: list[AlbedoSource] = field(default_factory=list)
     rough_approximated: list[str] = field(default_factory=list)  # roughness or F0 guessed
     f0: list[AlbedoSource] = field(default_factory=list)
+    # Per source, its coat: (Coat Weight, Coat Roughness, the coat's F0) as three channels
+    coat: list[AlbedoSource] = field(default_factory=list)
     # Colour-attribute name (as the sources name it) -> (T, 3, 3) linear colour per corner
     corner_colors: dict[str, np.ndarray] = field(default_factory=dict)
 
@@ -325,6 +328,31 @@ def f0_source(mat: bpy.types.Material | None, cache: dict[str, np.ndarray],
         return AlbedoSource(color=default.color, exact=False)
 
 
+#: A surface without a coat: weight 0 (its roughness and F0 then unused).
+NO_COAT = (0.0, 0.03, 0.04)
+
+
+def coat_source(mat: bpy.types.Material | None, cache: dict[str, np.ndarray],
+                meshes: Sequence[bpy.types.Mesh] = ()) -> AlbedoSource:
+    """The clear coat over ``mat``'s gloss (glTF's clearcoat; lacquer, a visor) as three
+    channels: Coat Weight, Coat Roughness and its F0 from Coat IOR, as Cycles' Principled
+    BSDF layers it; weight 0 without one. ``exact`` False where the tree is not read."""
+    none = AlbedoSource(color=np.array(NO_COAT, np.float32))
+    bsdf = _surface_bsdf(mat) if mat is not None else None
+    if bsdf is None or bsdf.bl_idname != "ShaderNodeBsdfPrincipled":
+        return none
+    reader = _TreeReader(cache, meshes)
+    try:
+        weight = reader.socket(bsdf.inputs["Coat Weight"])
+        if not weight.is_image and not np.any(weight.value > 0.0):
+            return none
+        f0 = SV.apply(lambda i: dielectric_f0(i, 0.5, 1.0), reader.socket(bsdf.inputs["Coat IOR"]))
+        return _as_source(SV.combine(SV.apply(lambda w: np.clip(w, 0.0, 1.0), weight),
+                                     reader.socket(bsdf.inputs["Coat Roughness"]), f0))
+    except SV.Unsupported:
+        return AlbedoSource(color=none.color, exact=False)
+
+
 def dielectric_f0(ior: np.ndarray, level: np.ndarray, tint: np.ndarray) -> np.ndarray:
     """Cycles' Principled F0 from its IOR, Specular IOR Level and Specular Tint."""
     f0 = ((ior - 1.0) / np.where(ior + 1.0 != 0.0, ior + 1.0, 1.0)) ** 2
@@ -393,6 +421,7 @@ def read_albedo_surface(objects: list[bpy.types.Object], evaluated, polygon_of_t
     rough: list[AlbedoSource] = []
     rough_approx: list[str] = []
     f0: list[AlbedoSource] = []
+    coat: list[AlbedoSource] = []
     colors: dict[str, np.ndarray] = {}
     t_off = 0
     wearers = material_wearers(objects)
@@ -409,7 +438,8 @@ def read_albedo_surface(objects: list[bpy.types.Object], evaluated, polygon_of_t
                     approximated.append(key)
                 rough.append(roughness_source(mat, cache, wearers.get(key, ())))
                 f0.append(f0_source(mat, cache, wearers.get(key, ())))
-                if not (rough[-1].exact and f0[-1].exact):
+                coat.append(coat_source(mat, cache, wearers.get(key, ())))
+                if not (rough[-1].exact and f0[-1].exact and coat[-1].exact):
                     rough_approx.append(key)
             index.append(key_of[key])
         me = ev.to_mesh()
@@ -419,7 +449,7 @@ def read_albedo_surface(objects: list[bpy.types.Object], evaluated, polygon_of_t
                 me.polygons.foreach_get("material_index", mi)
             slot = np.clip(mi[polys], 0, len(index) - 1)
             tri_source.append(np.asarray(index, np.int32)[slot])
-            for src in [x for i in set(index) for x in (sources[i], rough[i], f0[i])]:
+            for src in [x for i in set(index) for x in (sources[i], rough[i], f0[i], coat[i])]:
                 if src.attribute is not None:
                     cols = colors.setdefault(src.attribute,
                                              np.zeros((len(render_uvs), 3, 3), np.float32))
@@ -438,4 +468,4 @@ def read_albedo_surface(objects: list[bpy.types.Object], evaluated, polygon_of_t
         t_off += len(polys)
     uvs = {None: render_uvs, **named}
     return AlbedoSurface(sources, np.concatenate(tri_source), uvs, approximated, rough,
-                         rough_approx, f0, colors)
+                         rough_approx, f0, coat, colors)

@@ -123,7 +123,7 @@ def _cycles_canonical(scene: bpy.types.Scene, geo: ShotGeometry, g: FrameGeometr
         arrays["world_light"][m] = world_light(pos[m], n, n, g.positions, geo.tris,
                                                geo.world[0])
     if want & {"light_visibility", "irradiance", "specular"}:
-        from ...core.passes.irradiance import irradiance, specular
+        from ...core.passes.irradiance import coated_specular, irradiance
 
         vis = np.zeros(m.shape + (MAX_LIGHTS,), np.float32)
         vis[..., :len(g.lights)] = ray_light_visibility(scene, pos, m, cam, g.lights)
@@ -132,11 +132,13 @@ def _cycles_canonical(scene: bpy.types.Scene, geo: ShotGeometry, g: FrameGeometr
         emissions = [li.emission() for li in g.lights]
         if "specular" in want:
             from ...core.passes.irradiance import SPECULAR_F0, SPECULAR_ROUGHNESS
+            from .materials import NO_COAT
 
-            rough, f0 = gloss_images(geo, g)
+            rough, f0, coat = gloss_images(geo, g)
             # A pixel Cycles covers and the raster does not (a silhouette's edge).
             rough = np.where(np.isnan(rough), SPECULAR_ROUGHNESS, rough)[m]
             f0 = np.where(np.isnan(f0), SPECULAR_F0, f0)[m]
+            coat = np.where(np.isnan(coat), np.float32(NO_COAT), coat)[m]
         for name in ("irradiance", "specular"):
             if name not in want:
                 continue
@@ -144,8 +146,8 @@ def _cycles_canonical(scene: bpy.types.Scene, geo: ShotGeometry, g: FrameGeometr
             if name == "irradiance":
                 light[m] = irradiance(pos[m], arrays["normal_world"][m], vis[m], emissions)
             else:
-                light[m] = specular(pos[m], arrays["normal_world"][m], view[m], vis[m],
-                                    emissions, roughness=rough, f0=f0)
+                light[m] = coated_specular(pos[m], arrays["normal_world"][m], view[m],
+                                           vis[m], emissions, rough, f0, coat)
             arrays[name] = light
 
 

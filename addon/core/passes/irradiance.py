@@ -136,3 +136,25 @@ def specular(points: np.ndarray, normals: np.ndarray, view: np.ndarray,
         out += (np.pi * scale * brdf_cos * lit * vis[:, k])[:, None] \
             * np.asarray(light.color, np.float64)[None]
     return out.astype(np.float32)
+
+
+def coated_specular(points: np.ndarray, normals: np.ndarray, view: np.ndarray,
+                    visibility: np.ndarray, lights: Sequence[LightEmission],
+                    roughness: float | np.ndarray, f0: float | np.ndarray,
+                    coat: np.ndarray | None = None) -> np.ndarray:
+    """:func:`specular` of the surface plus, where ``coat`` (N, 3: weight, roughness,
+    F0) has weight, its clear coat's lobe times the weight: a lacquered surface's sharp
+    highlight over its broad one, as Cycles' Principled BSDF layers them."""
+    out = specular(points, normals, view, visibility, lights, roughness, f0)
+    if coat is None:
+        return out
+    coat = np.asarray(coat, np.float64).reshape(-1, 3)
+    on = coat[:, 0] > 0.0
+    if on.any():
+        vis = np.asarray(visibility).reshape(len(out), -1)
+        out[on] += (coat[on, :1] * specular(
+            np.asarray(points).reshape(-1, 3)[on], np.asarray(normals).reshape(-1, 3)[on],
+            np.asarray(view).reshape(-1, 3)[on], vis[on], lights, coat[on, 1],
+            coat[on, 2])).astype(np.float32)
+    return out
+
