@@ -262,27 +262,27 @@ def _surface_colors(geo: ShotGeometry, s: _Surface) -> dict[str, np.ndarray]:
 
 def surface_gloss(geo: ShotGeometry, s: _Surface
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(N,) the materials' roughness, (N,) their F0 and (N, 3) their coat (weight,
+    """(N,) the materials' roughness, (N, 3) their F0 and (N, 3) their coat (weight,
     roughness, F0) at the samples (their images read at the point)."""
     from ...core.passes.albedo import albedo
 
     surf = geo.albedo_surface()
     uvs, src, cols = _surface_uvs(geo, s), surf.tri_source[s.t], _surface_colors(geo, s)
     return (albedo(surf.roughness, src, uvs, attributes=cols)[:, 0],
-            albedo(surf.f0, src, uvs, attributes=cols)[:, 0],
+            albedo(surf.f0, src, uvs, attributes=cols),
             albedo(surf.coat, src, uvs, attributes=cols))
 
 
 def gloss_images(geo: ShotGeometry, g: FrameGeometry
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(H, W) the materials' roughness, (H, W) F0 and (H, W, 3) coat at each pixel's
+    """(H, W) the materials' roughness, (H, W, 3) F0 and (H, W, 3) coat at each pixel's
     centre (NaN where uncovered), for an engine whose passes come from elsewhere (Cycles
     has no such pass)."""
     cam = g.camera
     frag = rasterize_culled(cam.to_camera(g.positions), geo.tris, geo.cullable, cam)
     rough = np.full(frag.mask.shape, np.nan, np.float32)
-    f0 = rough.copy()
-    coat = np.full(frag.mask.shape + (3,), np.nan, np.float32)
+    f0 = np.full(frag.mask.shape + (3,), np.nan, np.float32)
+    coat = f0.copy()
     rough[frag.mask], f0[frag.mask], coat[frag.mask] = surface_gloss(
         geo, _surface(geo, g, cam, frag))
     return rough, f0, coat

@@ -302,11 +302,10 @@ def roughness_source(mat: bpy.types.Material | None, cache: dict[str, np.ndarray
 def f0_source(mat: bpy.types.Material | None, cache: dict[str, np.ndarray],
               meshes: Sequence[bpy.types.Mesh] = ()) -> AlbedoSource:
     """The reflectance at normal incidence ``mat``'s gloss has (the ``specular`` pass's
-    F0), as Cycles' Principled BSDF derives it: ((IOR - 1) / (IOR + 1))² times twice
-    the Specular IOR Level (0.5 leaves it; at most 0.99), times the Specular Tint's
-    luminance, mixed by Metallic with the metal's (the base colour's luminance); a
-    Diffuse BSDF has none. ``exact`` False where the default 0.04 stands
-    in for a tree this does not follow."""
+    F0, a colour), as Cycles' Principled BSDF derives it: ((IOR - 1) / (IOR + 1))² times
+    twice the Specular IOR Level (0.5 leaves it; at most 0.99), times the Specular Tint,
+    mixed by Metallic with the metal's (the base colour); a Diffuse BSDF has none.
+    ``exact`` False where the default 0.04 stands in for a tree this does not follow."""
     default = AlbedoSource(color=np.full(3, SPECULAR_F0, np.float32))
     if mat is None:
         return default
@@ -318,10 +317,10 @@ def f0_source(mat: bpy.types.Material | None, cache: dict[str, np.ndarray],
     reader = _TreeReader(cache, meshes)
     try:
         ins = [reader.socket(bsdf.inputs[k]) for k in ("IOR", "Specular IOR Level")]
-        tint = SV.to_float(reader.socket(bsdf.inputs["Specular Tint"]))
+        tint = reader.socket(bsdf.inputs["Specular Tint"])
         metallic = reader.socket(bsdf.inputs["Metallic"])
         if metallic.is_image or np.any(metallic.value > 0.0):
-            base = SV.to_float(reader.socket(bsdf.inputs["Base Color"]))
+            base = reader.socket(bsdf.inputs["Base Color"])
             return _as_source(SV.apply(principled_f0, *ins, tint, base, metallic))
         return _as_source(SV.apply(dielectric_f0, *ins, tint))
     except SV.Unsupported:
@@ -362,8 +361,7 @@ def dielectric_f0(ior: np.ndarray, level: np.ndarray, tint: np.ndarray) -> np.nd
 def principled_f0(ior: np.ndarray, level: np.ndarray, tint: np.ndarray, base: np.ndarray,
                   metallic: np.ndarray) -> np.ndarray:
     """The F0 of Cycles' Principled mix of its dielectric and its metal (whose F0 is the
-    base colour, here its luminance: the pass is one channel, and the network's texture
-    carries a metal's hue), weighted by Metallic."""
+    base colour: gold reflects gold), weighted by Metallic."""
     m = np.clip(metallic, 0.0, 1.0)
     return (1.0 - m) * dielectric_f0(ior, level, tint) + m * base
 

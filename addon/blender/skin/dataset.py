@@ -37,7 +37,7 @@ DATASET_VERSION = 14  # 3: irradiance, 4: specular, 5: albedo, 6: albedo over th
 # roughness through the nodes' arithmetic (glTF's trees), specular at the material's F0,
 # 12: a metal's F0 (its base colour), colour attributes that vary, 13: a mesh on a bone
 # takes the bone's part, and rigid parts below an empty frame the cameras, 14: a clear coat's
-# lobe in the specular pass
+# lobe in the specular pass, and a metal's F0 in colour
 # What the skin model reads (skeleton is not needed: the geometry is all here).
 PASSES = ("depth", "normal", "mask", "parts", "motion", "rest_position", "uv",
           "normal_world", "view_dir", "light_visibility", "irradiance", "specular", "albedo")

@@ -109,15 +109,16 @@ def specular(points: np.ndarray, normals: np.ndarray, view: np.ndarray,
     """(N, 3) float32: the lights' direct light a glossy dielectric reflects toward the
     camera (GGX microfacets, Smith masking, Schlick Fresnel), in the render's linear
     units: the radiance a black Principled BSDF of ``roughness`` (one value, or (N,),
-    the surface's own) and reflectance ``f0`` (one value, or (N,)) shows, shadowed by
-    ``visibility``. ``view`` (N, 3): unit directions from the surface to the camera."""
+    the surface's own) and reflectance ``f0`` (one value, (N,), or (N, 3): a metal's
+    colour) shows, shadowed by ``visibility``. ``view`` (N, 3): unit directions from the
+    surface to the camera."""
     points = np.asarray(points, np.float64).reshape(-1, 3)
     n = np.asarray(normals, np.float64).reshape(-1, 3)
     v = np.asarray(view, np.float64).reshape(-1, 3)
     vis = np.asarray(visibility, np.float64).reshape(len(points), -1)
     rough = np.clip(np.asarray(roughness, np.float64), 1e-3, 1.0)
     alpha2 = rough.reshape(-1) ** 4 if rough.ndim else float(rough) ** 4  # alpha = r²
-    f0 = np.asarray(f0, np.float64).reshape(-1) if np.ndim(f0) else float(f0)
+    f0 = np.asarray(f0, np.float64).reshape(len(points), -1) if np.ndim(f0) else float(f0)
     cos_v = np.clip(np.einsum("ij,ij->i", n, v), 0.0, 1.0)
     gv = _smith_g1_over_cos(cos_v, alpha2)
     out = np.zeros((len(points), 3), np.float64)
@@ -129,11 +130,11 @@ def specular(points: np.ndarray, normals: np.ndarray, view: np.ndarray,
         cos_h = np.clip(np.einsum("ij,ij->i", n, h), 0.0, 1.0)
         vh = np.clip(np.einsum("ij,ij->i", v, h), 0.0, 1.0)
         dist = alpha2 / (np.pi * (cos_h * cos_h * (alpha2 - 1.0) + 1.0) ** 2)
-        fresnel = f0 + (1.0 - f0) * (1.0 - vh) ** 5
+        fresnel = f0 + (1.0 - f0) * ((1.0 - vh) ** 5)[:, None]  # (N, 1) or (N, 3)
         # radiance = BRDF * E * cos_l, E = pi * scale; BRDF = D G F / (4 cos_l cos_v)
-        brdf_cos = dist * fresnel * cos_l * _smith_g1_over_cos(cos_l, alpha2) * gv / 4.0
+        brdf_cos = dist * cos_l * _smith_g1_over_cos(cos_l, alpha2) * gv / 4.0
         lit = (cos_l > 0) & (cos_v > 0)
-        out += (np.pi * scale * brdf_cos * lit * vis[:, k])[:, None] \
+        out += (np.pi * scale * brdf_cos * lit * vis[:, k])[:, None] * fresnel \
             * np.asarray(light.color, np.float64)[None]
     return out.astype(np.float32)
 

@@ -72,3 +72,19 @@ def test_a_roughness_per_point_is_each_points_own_lobe() -> None:
                          roughness=float(rough[k]))
         np.testing.assert_allclose(together[k], alone[0], rtol=1e-5)
     assert together[0, 0] > together[1, 0] > together[2, 0]
+
+
+def test_a_coloured_reflectance_colours_the_highlight_and_its_rim() -> None:
+    """A metal's F0 is its colour (gold reflects gold): each channel's highlight is the
+    one a grey surface of that channel's F0 shows, head on and at a grazing rim alike."""
+    gold = np.array([0.9, 0.6, 0.2])
+    white = _sun((0, 0, 1), color=(1.0, 1.0, 1.0))
+    for normal, view, light in (((0, 0, 1), (0, 0, 1), white),
+                                ((0, 0, 1), (1, 0, 0.2), _sun((-1, 0, 0.3), color=(1, 1, 1)))):
+        v = np.asarray(view, np.float64)[None] / np.linalg.norm(view)
+        args = (np.zeros((1, 3)), np.asarray([normal], np.float64), v, np.ones((1, 1)), [light])
+        coloured = specular(*args, f0=gold[None])[0]
+        for c in range(3):
+            grey = specular(*args, f0=np.array([gold[c]]))[0, c]
+            np.testing.assert_allclose(coloured[c], grey, rtol=1e-5)
+        assert coloured[0] > coloured[1] > coloured[2]
