@@ -111,14 +111,12 @@ def test_the_status_names_the_phase_and_its_count_not_blenders_banner(registered
 
     job = skin_ui.TrainingRun([sys.executable, "-c", "pass"])
     job.wait(60)
-    job.code, job.progress, job.status, seen = None, 0.0, "training: starting…", []
-    for line in ("Blender 5.2.2 LTS (hash abc built 2026-01-01)",
-                 "train-skin: rendering the training set: 3/12 frames",
-                 "train-skin: rendering the training set: 12/12 frames",
-                 "train-skin: rendering the held-out set: 6/6 frames",
-                 "skin: 40%|####      | 40/100 [00:10<00:15]"):
-        job._take(line)
-        seen.append((job.status, round(job.progress, 3)))
+    job.code, job.progress, job.status = None, 0.0, "training: starting…"
+    seen = _statuses(job, ("Blender 5.2.2 LTS (hash abc built 2026-01-01)",
+                           "train-skin: rendering the training set: 3/12 frames",
+                           "train-skin: rendering the training set: 12/12 frames",
+                           "train-skin: rendering the held-out set: 6/6 frames",
+                           "skin: 40%|####      | 40/100 [00:10<00:15]"))
     assert seen == [("training: starting…", 0.0),
                     ("1/3 rendering the training set: 3/12 frames", 0.1),
                     ("1/3 rendering the training set: 12/12 frames", 0.4),
@@ -127,14 +125,21 @@ def test_the_status_names_the_phase_and_its_count_not_blenders_banner(registered
 
     # With --detail-size, the larger set is a phase of its own, between them.
     job.phases = skin_ui.TrainingRun.phases_of(["train-skin", "--detail-size", "256"])
-    job.progress, seen = 0.0, []
-    for line in ("train-skin: rendering the training set: 12/12 frames",
-                 "train-skin: rendering the held-out set: 6/6 frames",
-                 "train-skin: rendering the 256² detail set: 4/8 frames",
-                 "skin: 40%|####      | 40/100 [00:10<00:15]"):
-        job._take(line)
-        seen.append((job.status, round(job.progress, 3)))
+    job.progress = 0.0
+    seen = _statuses(job, ("train-skin: rendering the training set: 12/12 frames",
+                           "train-skin: rendering the held-out set: 6/6 frames",
+                           "train-skin: rendering the 256² detail set: 4/8 frames",
+                           "skin: 40%|####      | 40/100 [00:10<00:15]"))
     assert seen == [("1/4 rendering the training set: 12/12 frames", 0.333),
                     ("2/4 rendering the held-out set: 6/6 frames", 0.417),
                     ("3/4 rendering the 256² detail set: 4/8 frames", 0.5),
                     ("4/4 training: step 40/100", 0.75)]
+
+
+def _statuses(job, lines) -> list[tuple[str, float]]:
+    """The panel's status and progress after each of the trainer's ``lines``."""
+    seen = []
+    for line in lines:
+        job._take(line)
+        seen.append((job.status, round(job.progress, 3)))
+    return seen
