@@ -450,7 +450,8 @@ def render_cycles_passes(scene: bpy.types.Scene, frame: int, width: int, height:
 
 
 def ray_light_visibility(scene: bpy.types.Scene, position: np.ndarray, mask: np.ndarray,
-                         cam, lights: list, eps: float = 1e-4) -> np.ndarray:
+                         cam, lights: list, lift: np.ndarray | None = None,
+                         smooth: np.ndarray | None = None, eps: float = 1e-4) -> np.ndarray:
     """The reference light visibility: (H, W, len(lights)) float32, 1 where the surface
     point at each covered pixel sees the light (definition in :mod:`..core.shadow`).
 
@@ -459,9 +460,12 @@ def ray_light_visibility(scene: bpy.types.Scene, position: np.ndarray, mask: np.
     shadow ray from just off the visible side of that face towards each light
     (``SceneLight``-like: type, position, direction) then decides. Exact, with no bias
     and no sampling noise, but one Python call per ray (about 10 µs): a reference, not
-    a fast path.
+    a fast path. ``lift`` and ``smooth`` (H, W, 3): each pixel's smooth-surface lift and
+    smooth normal, so the ray near a smooth terminator starts as Cycles starts it.
     """
     from mathutils import Vector
+
+    from ...core.passes.shadow import lift_amount
 
     dg = bpy.context.evaluated_depsgraph_get()
     h, w = mask.shape
@@ -484,6 +488,7 @@ def ray_light_visibility(scene: bpy.types.Scene, position: np.ndarray, mask: np.
         if np.dot(n, ray) > 0:
             n = -n
         origin = p + n * eps * max(1.0, float(np.abs(p).max()))
+        up = None if lift is None or smooth is None else np.asarray(lift[i, j], np.float64)
         for k, li in enumerate(lights):
             if li.type == "SUN":
                 d, reach = np.asarray(li.direction, np.float64), far
@@ -491,8 +496,16 @@ def ray_light_visibility(scene: bpy.types.Scene, position: np.ndarray, mask: np.
                 d = np.asarray(li.position, np.float64) - origin
                 reach = float(np.linalg.norm(d))
                 d = d / max(reach, 1e-12)
-            if np.dot(n, d) <= 0:
+            start = origin
+            if up is not None and up.any():
+                ns = np.asarray(smooth[i, j], np.float64)
+                amount = float(lift_amount(ns[None], n[None], d[None])[0])
+                if np.dot(n, d) <= 0 and (amount <= 0 or np.dot(ns, d) <= 0):
+                    continue
+                # from the smooth surface; its own facet blocks it when turned away
+                start = (origin if np.dot(n, d) > 0 else p) + up * amount
+            elif np.dot(n, d) <= 0:
                 continue  # the visible side faces away from the light
-            blocked = scene.ray_cast(dg, Vector(origin), Vector(d), distance=reach)[0]
+            blocked = scene.ray_cast(dg, Vector(start), Vector(d), distance=reach)[0]
             out[i, j, k] = 0.0 if blocked else 1.0
     return out

@@ -288,6 +288,19 @@ def gloss_images(geo: ShotGeometry, g: FrameGeometry
     return rough, f0, coat
 
 
+def terminator_images(geo: ShotGeometry, g: FrameGeometry
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """(H, W, 3) each pixel's smooth-surface lift and (H, W, 3) its smooth normal on the
+    camera's side, at the pixel's centre (0 where uncovered): the shadow terminator for
+    an engine whose visibility is traced elsewhere (``shadow.smooth_surface_lift``)."""
+    cam = g.camera
+    frag = rasterize_culled(cam.to_camera(g.positions), geo.tris, geo.cullable, cam)
+    lift = np.zeros(frag.mask.shape + (3,), np.float32)
+    smooth = lift.copy()
+    lift[frag.mask], smooth[frag.mask] = _terminator(geo, g, _surface(geo, g, cam, frag))
+    return lift, smooth
+
+
 def _albedo(geo: ShotGeometry, g: FrameGeometry, s: _Surface, one_tap: bool = False
             ) -> np.ndarray:
     from ...core.passes.albedo import albedo, uv_gradients
@@ -305,6 +318,19 @@ def _shading_normals(g: FrameGeometry, s: _Surface) -> np.ndarray:
     """(N, 3) unit smooth normals at the samples (the corner normals interpolated)."""
     ns = np.einsum("nk,nkc->nc", s.b[:, :, 0], g.corner_normals[s.t])
     return ns / np.maximum(np.linalg.norm(ns, axis=1), 1e-12)[:, None]
+
+
+def _terminator(geo: ShotGeometry, g: FrameGeometry, s: _Surface
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """The samples' smooth-surface lift and smooth normals on the camera's side: the
+    shadow rays' start near the terminator, as Cycles takes it (``shadow`` module)."""
+    from ...core.passes.shadow import smooth_surface_lift
+
+    ns = _shading_normals(g, s)
+    ns *= np.where(np.einsum("ij,ij->i", ns, s.ng) < 0, -1.0, 1.0)[:, None]
+    lift = smooth_surface_lift(g.positions[geo.tris[s.t]], g.corner_normals[s.t],
+                               s.b[:, :, 0], s.ng)
+    return lift, ns
 
 
 def _canonical_passes(geo: ShotGeometry, g: FrameGeometry, frag: Fragments,
@@ -344,10 +370,9 @@ def _canonical_passes(geo: ShotGeometry, g: FrameGeometry, frag: Fragments,
     if "world_light" in want:
         # At the pixel's centre: the sky's occlusion is soft, unlike a lamp's shadow edge.
         # The smooth normal on the side the camera sees (a cape's back shows the sky too).
-        ns = _shading_normals(g, s1)
-        ns *= np.where(np.einsum("ij,ij->i", ns, s1.ng) < 0, -1.0, 1.0)[:, None]
+        lift, ns = _terminator(geo, g, s1)
         out["world_light"] = _scatter(m, world_light(s1.p, s1.ng, ns, g.positions, geo.tris,
-                                                     geo.world[0]))
+                                                     geo.world[0], lift=lift))
     if not want & {"light_visibility", "irradiance", "specular"}:
         return out
     lights = [li.emission() for li in g.lights]
@@ -355,9 +380,11 @@ def _canonical_passes(geo: ShotGeometry, g: FrameGeometry, frag: Fragments,
     rasters = [s1] + ([sub] if sub is not None and shading else [])
     # One call over every sample: each light's shadow map is drawn once.
     vis_all = np.zeros((sum(len(s.p) for s in rasters), MAX_LIGHTS), np.float32)
+    lift, ns = (np.concatenate(a) for a in zip(*(_terminator(geo, g, s) for s in rasters),
+                                              strict=True))
     vis_all[:, :len(lights)] = light_visibility(
         np.concatenate([s.p for s in rasters]), np.concatenate([s.ng for s in rasters]),
-        g.positions, geo.tris, lights, shadow_resolution(g.camera))
+        g.positions, geo.tris, lights, shadow_resolution(g.camera), lift, ns)
     vis = np.split(vis_all, [len(s1.p)])
     if "light_visibility" in want:
         out["light_visibility"] = _scatter(m, vis[0])

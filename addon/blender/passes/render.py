@@ -35,6 +35,7 @@ from .fast import (  # noqa: F401
     rasterize_culled,
     shadow_resolution,
     skeleton_pass,
+    terminator_images,
 )
 from .geometry import (
     MAX_LIGHTS,
@@ -126,7 +127,8 @@ def _cycles_canonical(scene: bpy.types.Scene, geo: ShotGeometry, g: FrameGeometr
         from ...core.passes.irradiance import coated_specular, irradiance
 
         vis = np.zeros(m.shape + (MAX_LIGHTS,), np.float32)
-        vis[..., :len(g.lights)] = ray_light_visibility(scene, pos, m, cam, g.lights)
+        vis[..., :len(g.lights)] = ray_light_visibility(scene, pos, m, cam, g.lights,
+                                                        *terminator_images(geo, g))
         if "light_visibility" in want:
             arrays["light_visibility"] = vis
         emissions = [li.emission() for li in g.lights]

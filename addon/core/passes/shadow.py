@@ -12,6 +12,14 @@ surface the camera sees, to the light meets no geometry. A point whose visible s
 faces away from the light therefore never sees it: for a closed mesh the ray would
 pass through the body, for a thin sheet (a cape, a plane) through the sheet itself.
 
+Smooth-shaded low-poly surfaces are the exception Cycles makes (its Shadow Terminator
+Geometry Offset, on by default): near the terminator the ray starts from the point
+lifted onto the smooth surface the vertex normals describe (:func:`smooth_surface_lift`,
+Hanika 2021), so a flat facet whose smooth normal still faces the light is lit, and the
+light reaches round the body as far as its smooth shading does. Without it a key from
+behind lit half the rim Cycles renders on a low-poly character (20-35 % less light on
+its lit pixels); with ``lift`` given, :func:`light_visibility` starts from that point.
+
 Shadow maps need a bias: each point is pushed off its surface along the visible-side
 geometric normal by :data:`NORMAL_OFFSET` texels, and compared with a slack of
 :data:`DEPTH_BIAS` texels; what remains wrong lies within about a texel of a shadow's
@@ -31,6 +39,9 @@ from .raster import rasterize
 NORMAL_OFFSET = 1.5
 #: Depth slack (in texels at the point) before a point counts as behind the map.
 DEPTH_BIAS = 1.0
+#: Cycles' default Shadow Terminator Geometry Offset (an object setting): points whose
+#: light grazes within this cosine start their shadow ray from the smooth surface.
+TERMINATOR_OFFSET = 0.1
 #: A perspective shadow view covers points within this half-angle; wider needs a cube.
 _MAX_HALF_ANGLE = np.radians(55.0)
 
@@ -113,14 +124,64 @@ def _texel(cam: Camera, depth: np.ndarray) -> np.ndarray:
     return np.full_like(depth, 1.0 / cam.fx) if cam.ortho else np.abs(depth) / cam.fx
 
 
+def smooth_surface_lift(tri_verts: np.ndarray, tri_normals: np.ndarray, bary: np.ndarray,
+                        normals: np.ndarray) -> np.ndarray:
+    """(N, 3) world: how far a shadow ray's start moves off the flat triangle onto the
+    smooth surface its vertex normals describe (a parabola in the barycentrics, bounded
+    by each vertex's tangent plane), as Cycles' ``shadow_ray_smooth_surface_offset``
+    computes it. ``tri_verts``, ``tri_normals`` (N, 3, 3): each point's triangle's
+    corners and their normals; ``bary`` (N, 3) the point's weights of the corners;
+    ``normals`` (N, 3) the geometric normals on the side the camera sees. Zero on a
+    flat-shaded triangle (its corner normals are its own)."""
+    v = np.asarray(tri_verts, np.float64)
+    n = np.asarray(tri_normals, np.float64)
+    u, w = np.asarray(bary, np.float64)[:, 0], np.asarray(bary, np.float64)[:, 1]
+    p = np.einsum("nk,nkc->nc", np.asarray(bary, np.float64), v)
+    smooth = np.einsum("nk,nkc->nc", np.asarray(bary, np.float64), n)
+
+    def dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.einsum("nc,nc->n", a, b)
+
+    a = dot(n[:, 2] - n[:, 0], v[:, 0] - v[:, 2])
+    b = dot(n[:, 2] - n[:, 1], v[:, 1] - v[:, 2])
+    c = dot(n[:, 1] - n[:, 0], v[:, 1] - v[:, 0])
+    h = a * u * (u - 1.0) + (a + b + c) * u * w + b * w * (w - 1.0)
+    # each corner's tangent plane bounds the lift (the local linear envelope)
+    front = dot(smooth, np.asarray(normals, np.float64)) > 0
+    sign = np.where(front, 1.0, -1.0)
+    env = []
+    for i in range(3):
+        j, k = (i + 1) % 3, (i + 2) % 3
+        reach = np.maximum(np.maximum(sign * dot(v[:, j] - v[:, i], n[:, i]),
+                                      sign * dot(v[:, k] - v[:, i], n[:, i])), 0.0)
+        env.append(np.maximum(sign * dot(v[:, i] - p, n[:, i]) + reach, 0.0))
+    bound = np.minimum(np.minimum(env[0], env[1]), env[2])
+    h = np.where(front, np.maximum(bound, h * 0.5), np.minimum(-bound, h * 0.5))
+    return smooth * h[:, None]
+
+
+def lift_amount(shading_normals: np.ndarray, normals: np.ndarray, to_light: np.ndarray,
+                cutoff: float = TERMINATOR_OFFSET) -> np.ndarray:
+    """(N,) in [0, 1]: how much of :func:`smooth_surface_lift` a point's ray to the
+    light takes (Cycles' ``shadow_ray_offset``): all of it where the light grazes the
+    flat facet within ``cutoff`` or lies behind it, none where it is well in front."""
+    nl = np.abs(np.einsum("ij,ij->i", shading_normals, to_light))
+    ngl = np.einsum("ij,ij->i", normals, to_light)
+    return np.where(nl < cutoff, np.clip(2.0 - (ngl + nl) / cutoff, 0.0, 1.0),
+                    np.clip(1.0 - ngl / cutoff, 0.0, 1.0))
+
+
 def light_visibility(points: np.ndarray, normals: np.ndarray, verts: np.ndarray,
-                     tris: np.ndarray, lights: list[Light], resolution: int = 1024
-                     ) -> np.ndarray:
+                     tris: np.ndarray, lights: list[Light], resolution: int = 1024,
+                     lift: np.ndarray | None = None,
+                     shading_normals: np.ndarray | None = None) -> np.ndarray:
     """Whether each surface point sees each light: (N, len(lights)) float32 of 0 / 1.
 
     ``points`` (N, 3) world, ``normals`` (N, 3) unit geometric normals on the side the
     camera sees, ``verts`` (V, 3) world and ``tris`` (T, 3) every shadow caster;
-    ``resolution``: the side of each shadow map in texels.
+    ``resolution``: the side of each shadow map in texels. ``lift`` (N, 3, from
+    :func:`smooth_surface_lift`) with ``shading_normals`` (N, 3, unit, on the camera's
+    side): smooth shading's terminator as Cycles renders it (the module's doc).
     """
     points = np.asarray(points, np.float64).reshape(-1, 3)
     normals = np.asarray(normals, np.float64).reshape(-1, 3)
@@ -128,6 +189,11 @@ def light_visibility(points: np.ndarray, normals: np.ndarray, verts: np.ndarray,
     out = np.zeros((len(points), len(lights)), np.float32)
     if not len(points) or not len(lights):
         return out
+    lifts = lift is not None and shading_normals is not None
+    if lifts:
+        lift = np.asarray(lift, np.float64).reshape(-1, 3)
+        shading_normals = np.asarray(shading_normals, np.float64).reshape(-1, 3)
+        lifted = np.einsum("ij,ij->i", lift, lift) > 0
     for k, light in enumerate(lights):
         sun = light.type == "SUN"
         if sun:
@@ -135,20 +201,30 @@ def light_visibility(points: np.ndarray, normals: np.ndarray, verts: np.ndarray,
         else:
             to_light = np.asarray(light.position, np.float64) - points
             to_light = to_light / np.maximum(np.linalg.norm(to_light, axis=1), 1e-12)[:, None]
-        facing = np.einsum("ij,ij->i", normals, to_light) > 0
+        front = np.einsum("ij,ij->i", normals, to_light) > 0
+        start, facing = points, front
+        if lifts:
+            amount = lift_amount(shading_normals, normals, to_light)
+            start = points + lift * amount[:, None]
+            # a facet turned from the light is lit when its smooth surface faces it and
+            # the ray from that surface escapes (its own triangle may still block it)
+            facing = front | (lifted & (amount > 0)
+                              & (np.einsum("ij,ij->i", shading_normals, to_light) > 0))
+        # pushed off along the facet's normal only where that faces the light
+        push = normals * front[:, None]
         lit = np.zeros(len(points), bool)
         todo = np.flatnonzero(facing)
         if not len(todo):
             continue
-        views = (_sun_views if sun else _local_views)(light, points[todo], verts, resolution)
+        views = (_sun_views if sun else _local_views)(light, start[todo], verts, resolution)
         for cam in views:
             if not len(todo):
                 break
             frag = rasterize(cam.to_camera(verts), tris, cam)
-            p = points[todo]
+            p = start[todo]
             _, d0 = cam.project_world(p)
             step = _texel(cam, d0)
-            uv, d = cam.project_world(p + normals[todo] * (NORMAL_OFFSET * step)[:, None])
+            uv, d = cam.project_world(p + push[todo] * (NORMAL_OFFSET * step)[:, None])
             col, row = np.floor(uv[:, 0]).astype(np.int64), np.floor(uv[:, 1]).astype(np.int64)
             inside = (col >= 0) & (col < cam.width) & (row >= 0) & (row < cam.height) & (d > 0)
             if not inside.any():

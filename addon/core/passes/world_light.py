@@ -47,7 +47,8 @@ def sky_directions(k: int = DIRECTIONS) -> np.ndarray:
 
 def sky_exposure(points: np.ndarray, geometric_normals: np.ndarray,
                  shading_normals: np.ndarray, verts: np.ndarray, tris: np.ndarray,
-                 directions: int = DIRECTIONS, resolution: int = RESOLUTION) -> np.ndarray:
+                 directions: int = DIRECTIONS, resolution: int = RESOLUTION,
+                 lift: np.ndarray | None = None) -> np.ndarray:
     """(N,) float32: ``1 / pi`` times the cosine-weighted solid angle of open sky each
     point sees (1 for a surface under an open sky, 0 fully enclosed).
 
@@ -58,7 +59,8 @@ def sky_exposure(points: np.ndarray, geometric_normals: np.ndarray,
         return np.zeros(0, np.float32)
     dirs = sky_directions(directions)
     vis = light_visibility(points, geometric_normals, verts, tris,
-                           [Light("SUN", np.zeros(3), d) for d in dirs], resolution)
+                           [Light("SUN", np.zeros(3), d) for d in dirs], resolution,
+                           lift, None if lift is None else shading_normals)
     cos = np.clip(np.asarray(shading_normals, np.float64).reshape(-1, 3) @ dirs.T, 0.0, None)
     # The mean of max(cos, 0) over the sphere is 1/4: scaled so an open sky reads 1.
     return ((vis * cos).sum(axis=1) * 4.0 / directions).astype(np.float32)
@@ -67,12 +69,12 @@ def sky_exposure(points: np.ndarray, geometric_normals: np.ndarray,
 def world_light(points: np.ndarray, geometric_normals: np.ndarray,
                 shading_normals: np.ndarray, verts: np.ndarray, tris: np.ndarray,
                 colour: np.ndarray, directions: int = DIRECTIONS,
-                resolution: int = RESOLUTION) -> np.ndarray:
+                resolution: int = RESOLUTION, lift: np.ndarray | None = None) -> np.ndarray:
     """(N, 3) float32: the world's direct diffuse light at ``points`` (a world of one
     linear ``colour`` (3,), its strength included), as Cycles' Diffuse Direct holds it."""
     colour = np.asarray(colour, np.float64).reshape(3)
     if not colour.any():
         return np.zeros((len(np.asarray(points).reshape(-1, 3)), 3), np.float32)
     exposure = sky_exposure(points, geometric_normals, shading_normals, verts, tris,
-                            directions, resolution)
+                            directions, resolution, lift)
     return (exposure[:, None] * colour[None]).astype(np.float32)
