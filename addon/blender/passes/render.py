@@ -114,6 +114,9 @@ def _cycles_canonical(scene: bpy.types.Scene, geo: ShotGeometry, g: FrameGeometr
         view = view / np.maximum(np.linalg.norm(view, axis=-1, keepdims=True), 1e-12)
     if "view_dir" in want:
         arrays["view_dir"] = np.where(m[..., None], view, 0.0).astype(np.float32)
+    # the shadow rays' start near a smooth terminator, for the lamps and the sky alike
+    lights_wanted = want & {"world_light", "light_visibility", "irradiance", "specular"}
+    lift, smooth = terminator_images(geo, g) if lights_wanted else (None, None)
     if "world_light" in want:
         from ...core.passes.world_light import world_light
 
@@ -122,13 +125,13 @@ def _cycles_canonical(scene: bpy.types.Scene, geo: ShotGeometry, g: FrameGeometr
         n = np.where((np.einsum("ij,ij->i", n, view[m]) < 0)[:, None], -n, n)  # seen side
         arrays["world_light"] = np.zeros(m.shape + (3,), np.float32)
         arrays["world_light"][m] = world_light(pos[m], n, n, g.positions, geo.tris,
-                                               geo.world[0])
+                                               geo.world[0], lift=lift[m])
     if want & {"light_visibility", "irradiance", "specular"}:
         from ...core.passes.irradiance import coated_specular, irradiance
 
         vis = np.zeros(m.shape + (MAX_LIGHTS,), np.float32)
         vis[..., :len(g.lights)] = ray_light_visibility(scene, pos, m, cam, g.lights,
-                                                        *terminator_images(geo, g))
+                                                        lift, smooth)
         if "light_visibility" in want:
             arrays["light_visibility"] = vis
         emissions = [li.emission() for li in g.lights]
