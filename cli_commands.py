@@ -454,6 +454,8 @@ def cmd_restyle(args: argparse.Namespace) -> int:
     done = summary["skipped"] + summary["written"]
     print(f"restyle: {done}/{summary['frames']} frames done ({summary['written']} written "
           f"now, {summary['dropped']} dropped) in {summary['out']}")
+    if summary.get("notice"):
+        print(f"restyle: note: {summary['notice']}", file=sys.stderr)
     return 130 if stop["asked"] else 0
 
 

@@ -26,6 +26,7 @@ from ..wire import E_CANCELLED
 from . import pipelines
 from .jobs import Job, JobQueue, Session
 from .pipelines.base import model_id as pipeline_model_id
+from .pipelines.base import opened_fields
 
 log = logging.getLogger("painted_skin.backend")
 # What a pipeline's exception may answer instead of ``internal`` (its ``reply_code``): a
@@ -129,11 +130,12 @@ class PipelinePool:
         return prepared is None or bool(prepared(width=s.request.width, height=s.request.height,
                                                  options=s.request.options, refs=s.request.refs))
 
-    def model_id_for(self, s: Session) -> str | None:
-        """The loaded pipeline's ``model_id`` for the session's OPENED (None: not
-        loaded, or it has none). A single lookup, like :meth:`ready_for`."""
+    def opened_for(self, s: Session) -> dict[str, str]:
+        """What the session's OPENED tells of its loaded pipeline (``model_id``,
+        ``notice``: :func:`.pipelines.base.opened_fields`). A single lookup, like
+        :meth:`ready_for`."""
         key = self.key(s.request.pipeline, s.request.options)
-        return pipeline_model_id(self._pipes.get(key))
+        return opened_fields(self._pipes.get(key))
 
     def _evict(self, keep: tuple[str, str, str]) -> None:
         if len(self._pipes) <= MAX_PIPELINES:
@@ -259,7 +261,7 @@ class ComputeThread:
             self.events.post(wake, "open_failed", job, code, s.failed)
             return
         self.events.post(wake, "opened", job, round((time.monotonic() - t0) * 1000.0, 3),
-                         pipeline_model_id(pipe))
+                         opened_fields(pipe))
 
     def _run_job(self, job: Job, wake: zmq.Socket) -> None:
         s = job.session

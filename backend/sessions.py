@@ -179,7 +179,7 @@ class Sessions:
         if msg.header.get("shm") is True:
             self.shm.grant(s, msg.header.get("shm_probe"), local)
         if self.pool.ready_for(s):
-            self.send_opened(s, _clean(ref), model_id=self.pool.model_id_for(s))
+            self.send_opened(s, _clean(ref), **self.pool.opened_for(s))
             return
         # Load (download, export...) on the compute thread and answer OPEN only then:
         # a model that cannot load fails the OPEN, before the shot, never a frame of
@@ -192,7 +192,8 @@ class Sessions:
     def send_opened(self, s: Session, ref: str | None, model_id: str | None = None,
                     **extra: Any) -> None:
         """OPENED, with the loaded model's identity (``model_id``) when it has one: a
-        client resuming a shot refuses to mix frames another version painted."""
+        client resuming a shot refuses to mix frames another version painted; ``extra``
+        e.g. the pipeline's ``notice``."""
         req = s.request
         self._send(s.route, reply(wire.OPENED, session=req.name, credits=self.cfg.credits,
                                   pipeline=req.pipeline, width=req.width, height=req.height,
@@ -336,7 +337,7 @@ class Sessions:
         s.loading = None
         if kind == "opened":
             self.last_seen[s.key[0]] = time.monotonic()  # silence counts from OPENED
-            self.send_opened(s, job.ref, model_id=rest[1] if len(rest) > 1 else None,
+            self.send_opened(s, job.ref, **(rest[1] if len(rest) > 1 else {}),
                              load_ms=rest[0])
             return
         code, text = rest

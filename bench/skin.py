@@ -478,6 +478,9 @@ def main(model: str | None = None, frames: int | None = None, size: int | None =
               "against the training-quality render as a painting is (cv_warp, cv_ssim)")
     print(f"baselines fitted on {source}; UV lookup {UV_GRID}² grid, "
           f"{uv.coverage():.0%} of the seen parts' texels hit")
+    notice = runtime.passes_notice(skin.config, info.folder.name)
+    if notice:  # figures of a model on passes it did not learn are not its own
+        print(f"bench skin: {notice}", file=sys.stderr)
     for c in cells:
         for note in c.notes:
             print(f"bench skin: {c.name}: {note}", file=sys.stderr)

@@ -74,6 +74,7 @@ from .options import CROSS_FRAME_MODES, CROSS_FRAME_OFF, CrossFrameError, cross_
 from .passes import (
     CANONICAL_PASSES,
     CONTROL_PASSES,
+    VALUES_VERSION,
     WIRE_PASSES,
     WirePass,
     bytes_per_pixel,
@@ -116,7 +117,8 @@ __all__ = [
     "PROTOCOL_VERSION", "READY", "RECONNECT_INIT", "RECONNECT_MAX", "RESULT", "SERVER_NAME",
     "SERVER_TYPES", "SHM_ALIGN", "SHM_DIR", "SHM_FILE_RE", "SHM_HEADER", "SHM_MAGIC",
     "SHM_MEMFD_RE", "SHM_NAME_RE", "SHM_SWEEP_MIN_AGE", "STATUS", "STATUS_REPLY",
-    "WIRE_PASSES", "WORKER_TYPES", "Message", "ProtocolError", "ShmRef", "ShmSegment",
+    "VALUES_VERSION", "WIRE_PASSES", "WORKER_TYPES", "Message", "ProtocolError", "ShmRef",
+    "ShmSegment",
     "TooBig", "WirePass", "backend_version", "bytes_per_pixel", "check_array", "clean",
     "cross_frame_mode", "decode", "encode", "error", "error_frames", "is_int",
     "is_local_endpoint", "is_loopback_host", "new_id", "parse_header", "reap_shm",

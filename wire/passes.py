@@ -57,6 +57,13 @@ WIRE_PASSES: dict[str, WirePass] = {p.name: p for p in (
     WirePass("albedo", "float16", 3, canonical=True),
 )}
 
+#: What the canonical passes' values mean: raised whenever the add-on computes them
+#: differently (how the light, the gloss or the colour is worked out), so a skin model
+#: records the values it learned (its config's ``pass_version``) and a model that learned
+#: others is named when it paints these (it still paints them, with some loss). Counted
+#: with the add-on's training-set version up to 16.
+VALUES_VERSION = 16
+
 CONTROL_PASSES = tuple(n for n, p in WIRE_PASSES.items() if not p.canonical)
 CANONICAL_PASSES = tuple(n for n, p in WIRE_PASSES.items() if p.canonical)
 

@@ -133,3 +133,11 @@ def model_id(pipe: object) -> str | None:
     """The identity of what ``pipe`` paints with (its ``model_id``; None: it has none)."""
     mid = getattr(pipe, "model_id", None)
     return mid if isinstance(mid, str) and mid else None
+
+
+def opened_fields(pipe: object) -> dict[str, str]:
+    """What OPENED tells about a loaded ``pipe``: its ``model_id`` and its ``notice`` (one
+    line the user should read before the shot, e.g. a model that learned other passes),
+    each where it has one."""
+    fields = {"model_id": model_id(pipe), "notice": getattr(pipe, "notice", None)}
+    return {k: v for k, v in fields.items() if isinstance(v, str) and v}

@@ -28,6 +28,7 @@ state; a client that resumes a shot carries them back (``carry_rgb``,
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -39,6 +40,7 @@ from .base import Cancelled, StepCallback, files_identity
 LOAD_KEYS = ("model", "engine")
 LOAD_DEFAULTS = {"model": registry.DEFAULT_MODEL, "engine": "onnx"}
 _RUNTIME = {"onnx": "onnxruntime", "torch": "torch"}  # what device_problem checks
+log = logging.getLogger(__name__)
 
 
 class DeviceUnavailable(ValueError):
@@ -121,6 +123,11 @@ class SkinPipeline:
             self.model.look_engine(look)
         # the server keeps a session state (and skips its cache) only for stateful pipelines
         self.stateful = self.model.temporal
+        # what OPENED tells the client beside the model: one that learned other passes
+        self.notice = runtime.passes_notice(self.model.config,
+                                            str(options.get("model", registry.DEFAULT_MODEL)))
+        if self.notice:
+            log.warning("%s", self.notice)
 
     def _previous(self, passes: dict[str, np.ndarray], options: dict[str, Any],
                   frame: int | None, state: dict[str, Any] | None, shape: tuple[int, int]

@@ -1,7 +1,8 @@
 """Export a trained skin network as a model folder (torch + onnx).
 
 A model folder holds ``config.json`` (format version, input layout, sizes, head,
-the character's fingerprint), ``model.onnx`` (GridSample needs opset 16+; the
+the character's fingerprint, the version of the passes it learned: ``pass_version``,
+where the frames said), ``model.onnx`` (GridSample needs opset 16+; the
 3-D grid's 5-D GridSample needs 20), ``weights.safetensors`` (the same network's
 weights, for the torch engine) and ``report.json`` (losses, figures, time).
 It is written into a temp folder beside the destination and renamed into place,

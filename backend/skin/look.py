@@ -254,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     record = {"name": a.look or target.name, "base": runtime.weights_digest(base_in_out),
               "keys": a.digest or files_digest(key_files), "key_frames": len(keys)}
     export.export_model(res.net.cpu(), res.model_cfg, target, bcfg["fingerprint"], report,
-                        extra={"look": record})
+                        extra={"look": record, **({"pass_version": bcfg["pass_version"]}
+                                                  if "pass_version" in bcfg else {})})
     Path(ckpt).unlink(missing_ok=True)
     print(f"look: keys {fit['psnr']:.2f} dB / {fit['ssim']:.3f} in {res.report['elapsed_s']:.0f} "
           f"s ({res.report['steps']} steps)")

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ...wire.passes import VALUES_VERSION
 from . import FORMAT_VERSION, engines, features, sampling, stabilize
 
 CONFIG, REPORT = "config.json", "report.json"
@@ -36,7 +37,7 @@ MAX_CONFIG_BYTES = 1024 * 1024
 CONFIG_FIELDS: dict[str, type | tuple[type, ...]] = {
     "fingerprint": dict, "layout": list, "rest_bounds": list, "head": str, "model": dict,
     "graph": str, "weights": str, "required_passes": list, "size_multiple": int,
-    "temporal": bool, "diffusion_steps": int,
+    "temporal": bool, "diffusion_steps": int, "pass_version": int,
 }
 REQUIRED_FIELDS = ("layout", "rest_bounds", "graph")
 
@@ -122,6 +123,26 @@ def check_fingerprint(cfg: dict[str, Any], fingerprint: dict[str, Any] | None,
         raise ModelFolderError(f"skin model {Path(folder).name!r} was trained for another "
                                f"character ({what}): train this character's model (Skin Model "
                                "> Train Skin Model, or painted-skin train-skin) or pick its own")
+
+
+def passes_notice(cfg: dict[str, Any], name: str) -> str | None:
+    """One line naming a model that learned other values of the passes than this
+    version sends (an older add-on's light, gloss or colour), None when they agree.
+    Such a model still paints, with some loss where the values moved (a light from
+    behind, a rough surface's rim), so it is told, not refused."""
+    learned = cfg.get("pass_version")
+    if learned == VALUES_VERSION:
+        return None
+    if isinstance(learned, int) and learned > VALUES_VERSION:
+        return (f"skin model {name!r} learned version {learned} of the passes, a newer "
+                f"add-on's; this one renders version {VALUES_VERSION}, which it paints with "
+                "some loss: update the add-on and the backend")
+    what = ("an older add-on's passes (it does not record which)" if learned is None
+            else f"version {learned} of the passes")
+    return (f"skin model {name!r} learned {what}; this version renders version "
+            f"{VALUES_VERSION}, which it paints with some loss (the light from behind, the "
+            "gloss): retrain it (painted-skin train-skin, or Train Skin Model) for the best "
+            "painting")
 
 
 def _differ(key: str, model: Any, scene: Any) -> str:

@@ -129,6 +129,8 @@ def _previous_output(frames: Sequence[Frame], j: int | None, cfg: TrainConfig,
 FEATURE_CACHE_BYTES = 1 << 30
 #: Training seconds between two points of the held-out curve (report ``curve``).
 CURVE_EVERY_S = 120.0
+#: The add-on's record of a folder of training frames (the passes' version, the spec).
+DATASET_META = "dataset.json"
 
 
 def make_batch(frames: Sequence[Frame], model_cfg: dict[str, Any], cfg: TrainConfig,
@@ -568,6 +570,20 @@ def load_frames(folder: str | os.PathLike) -> list[Frame]:
     return out
 
 
+def pass_version(folder: str | os.PathLike | None) -> int | None:
+    """The version of the passes' values a folder of frames holds (its ``dataset.json``,
+    written by the add-on: :data:`painted_skin.wire.VALUES_VERSION` then); None when it
+    does not say (frames from elsewhere, generated ones)."""
+    meta = Path(folder) / DATASET_META if folder else None
+    if meta is None or not meta.is_file():
+        return None
+    try:
+        version = json.loads(meta.read_text()).get("pass_version")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return None
+    return version if isinstance(version, int) and not isinstance(version, bool) else None
+
+
 def previous_frames(folder: str | None, count: int) -> list[int | None]:
     """Each frame's previous frame in its clip: frames are ``<clip>_<frame>.npz``
     (``skin_dataset``), and a clip's first frame has none. Without names (synthetic
@@ -739,7 +755,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{mins:.1f} min {psnr:.2f} dB" for mins, _, psnr, _ in res.report["curve"]))
     if a.report_extra:
         report.update(json.loads(Path(a.report_extra).read_text()))
-    export.export_model(res.net.cpu(), res.model_cfg, a.out, fingerprint, report)
+    version = pass_version(a.frames)
+    export.export_model(res.net.cpu(), res.model_cfg, a.out, fingerprint, report,
+                        extra=None if version is None else {"pass_version": version})
     print(f"model folder written: {a.out}")
     return 0
 

@@ -123,6 +123,9 @@ class BackendClient(Connection):
         # What the session's model is (OPENED's ``model_id``): a shot refuses to go on
         # with another version (a backend restarted or moved onto retrained weights).
         self.model_id: str | None = None
+        # One line OPENED may tell about the loaded model, for the user to read before
+        # the shot (a skin model that learned an older add-on's passes).
+        self.notice: str | None = None
         self._ring: ShmRing | None = None
         self._connect()
 
@@ -197,7 +200,7 @@ class BackendClient(Connection):
             self._ensure_ring(SHM_MIN_SLOTS, width * height)
         self._opened = False
         self._open_error = None
-        self.model_id = None
+        self.model_id = self.notice = None
         self._silent_since = self._last_ping = time.monotonic()
         self._send_open()
         if not wait:
@@ -393,6 +396,9 @@ class BackendClient(Connection):
     def _same_model(self, h: dict) -> bool:
         """Note OPENED's ``model_id``; False (the shot fails) when a re-open (reconnect,
         restart, move) reports another one than the session first had."""
+        notice = h.get("notice")
+        if isinstance(notice, str) and notice:
+            self.notice = notice[:P.MAX_TEXT]
         mid = h.get("model_id")
         if not isinstance(mid, str):
             return True

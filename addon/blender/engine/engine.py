@@ -75,6 +75,10 @@ class PS_RenderEngine(bpy.types.RenderEngine):
             return
         if self._cancelled():
             return
+        client = RENDERS.painter.client
+        notice = client.notice if client is not None else None
+        if notice and RENDERS.warn_once(notice):  # e.g. a model of an older add-on's passes
+            self.report({"WARNING"}, f"Painted Skin: {notice}")  # blender -b prints it too
         # Blender renders each view layer with its own depsgraph: this one's result.
         result = self.begin_result(0, 0, width, height, layer=depsgraph.view_layer.name)
         layer = result.layers[0]

@@ -244,7 +244,7 @@ def restyle_shot(scene: bpy.types.Scene, request: RestyleRequest, *,
     would begin it elsewhere is refused (:func:`check_chain`), so farm chunks given the
     shot's first frame paint what one run would. ``client``: a connected client to reuse
     (else one for ``request.url``). Returns a summary (frames, written, skipped, dropped,
-    reconnects, seconds)."""
+    reconnects, seconds, and the backend's ``notice`` on the model where it has one)."""
     r = request.checked()
     out = check_writable(r.out, "restyle output folder")
     width, height = r.size
@@ -290,6 +290,8 @@ def restyle_shot(scene: bpy.types.Scene, request: RestyleRequest, *,
                         refs=list(r.refs))
             check_model(out, client.model_id, str(options.get("model") or r.pipeline),
                         run_lock)
+            if client.notice:
+                summary["notice"] = client.notice
             passes = shot_frames(scene, todo, width, height, r.engine, wire_passes(r.pipeline))
             run = client.run_shot(carry.remembering(passes), on_result, cancelled=cancelled,
                                   carry_for=carry, primers_for=carry.primers)

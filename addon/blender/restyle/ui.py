@@ -124,8 +124,11 @@ class PS_OT_restyle(bpy.types.Operator):
         except (ShotError, BackendError, UnwritableOutput, OSError, RequestError) as e:
             self._tell(context, "ERROR", error_text(e))
             return {"CANCELLED"}
-        self._tell(context, "INFO", f"restyled: {summary['written'] + summary['skipped']}/"
-                                    f"{summary['frames']} frames in {summary['out']}")
+        text = (f"restyled: {summary['written'] + summary['skipped']}/{summary['frames']} "
+                f"frames in {summary['out']}")
+        notice = summary.get("notice")
+        self._tell(context, "WARNING" if notice else "INFO",
+                   f"{text}. Note: {notice}" if notice else text)
         return {"FINISHED"}
 
     def _tell(self, context, kind: str, text: str) -> None:
@@ -187,6 +190,8 @@ class PS_OT_restyle(bpy.types.Operator):
         if not self._model_checked:  # OPENED has come: its model_id, before a frame lands
             check_model(self._out, self._client.model_id, self._model, self._run_lock)
             self._model_checked = True
+            if self._client.notice:  # told as the shot starts, and kept at its end
+                self.report({"WARNING"}, self._client.notice)
         write_result(self._out, r, width, height)
         self._done += 1
 
@@ -248,10 +253,12 @@ class PS_OT_restyle(bpy.types.Operator):
         show_results(context, self._out, self._frames, _settings(context).use_vse)
         ok = shot is not None and shot.error is None and not shot.cancelled
         why = getattr(self, "_error", "")
-        self._tell(context, "INFO" if ok else "WARNING",
+        notice = self._client.notice
+        self._tell(context, "INFO" if ok and not notice else "WARNING",
                    f"restyle: {self._done}/{len(self._frames)} frames in {self._out}"
                    + ("" if ok else f" (stopped: {why}; run again to resume)" if why
-                      else " (stopped; run again to resume)"))
+                      else " (stopped; run again to resume)")
+                   + (f". Note: {notice}" if notice else ""))
         return {"FINISHED"} if ok else {"CANCELLED"}
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import bpy
 import numpy as np
 
+from ....wire import VALUES_VERSION
 from ...core.files.atomic import output_target, replace_atomic, write_json_atomic
 from ..passes.beauty import beauty_settings, render_beauty  # noqa: F401 (the trainer's)
 from ..passes.geometry import ShotGeometry
@@ -39,7 +40,8 @@ DATASET_VERSION = 16  # 3: irradiance, 4: specular, 5: albedo, 6: albedo over th
 # takes the bone's part, and rigid parts below an empty frame the cameras, 14: a clear coat's
 # lobe in the specular pass, and a metal's F0 in colour, 15: light round a smooth-shaded
 # terminator as Cycles' shadow rays take it, 16: specular with height-correlated masking and
-# the dielectric Fresnel curve, as Cycles evaluates its GGX
+# the dielectric Fresnel curve, as Cycles evaluates its GGX. A change of the passes' values
+# raises wire's VALUES_VERSION as well (models record it; a runtime names an older one).
 # What the skin model reads (skeleton is not needed: the geometry is all here).
 PASSES = ("depth", "normal", "mask", "parts", "motion", "rest_position", "uv",
           "normal_world", "view_dir", "light_visibility", "irradiance", "specular", "albedo")
@@ -390,8 +392,8 @@ def build_dataset(arm: bpy.types.Object, folder: Path, spec: DatasetSpec,
     scene = bpy.context.scene
     fingerprint = character_fingerprint(arm)
     folder.mkdir(parents=True, exist_ok=True)
-    meta = {"version": DATASET_VERSION, "spec": asdict(spec), "fingerprint": fingerprint,
-            "passes": list(PASSES)}
+    meta = {"version": DATASET_VERSION, "pass_version": VALUES_VERSION, "spec": asdict(spec),
+            "fingerprint": fingerprint, "passes": list(PASSES)}
     write_json_atomic(folder / "dataset.json", meta)
     meshes = character_meshes(arm)
     cam_data = bpy.data.cameras.new("SkinDatasetCamera")

@@ -114,3 +114,41 @@ def test_engine_is_a_load_option_checked_on_open(reg) -> None:
     a = _run(pipelines.create("skin", {"model": "hero", "engine": "torch"}), passes, 0, {})
     b = _run(pipelines.create("skin", {"model": "hero"}), passes, 0, {})
     assert np.abs(a.astype(int) - b).max() <= 1
+
+
+def test_a_model_that_learned_other_passes_is_named_on_open_not_refused(reg, tmp_path,
+                                                                         monkeypatch) -> None:
+    """A model trained on an older add-on's passes still paints, and the OPEN says so
+    (which model, what it learned, retrain it); one that learned these says nothing."""
+    import json
+    import shutil
+
+    from painted_skin.wire import VALUES_VERSION
+
+    folders = {}
+    for name, version in (("unrecorded", None), ("older", VALUES_VERSION - 1),
+                          ("current", VALUES_VERSION), ("newer", VALUES_VERSION + 1)):
+        folder = folders[name] = tmp_path / name
+        shutil.copytree(reg.parent / "hero", folder)
+        cfg = json.loads((folder / "config.json").read_text())
+        cfg.pop("pass_version", None)
+        if version is not None:
+            cfg["pass_version"] = version
+        (folder / "config.json").write_text(json.dumps(cfg))
+    mine = tmp_path / "mine.toml"
+    mine.write_text("".join(f'[models.{n}]\npath = "{f}"\n' for n, f in folders.items()))
+    monkeypatch.setenv(registry.ENV, str(mine))
+    passes, _ = S.dataset(1, 32, seed=5)[0]
+    notices = {}
+    for name in folders:
+        assert pipelines.get("skin").check({"model": name}) == []  # never refused
+        pipe = pipelines.create("skin", {"model": name})
+        assert _run(pipe, passes, 0, {}).shape == (32, 32, 3)
+        notices[name] = pipe.notice
+    assert notices["current"] is None
+    assert "'unrecorded' learned an older add-on's passes" in notices["unrecorded"]
+    assert f"learned version {VALUES_VERSION - 1} of the passes" in notices["older"]
+    assert f"renders version {VALUES_VERSION}" in notices["older"]
+    assert "retrain it" in notices["older"] and "retrain" in notices["unrecorded"]
+    assert "update the add-on" in notices["newer"]
+    assert pipelines.base.opened_fields(pipe)["notice"] == notices["newer"]

@@ -229,3 +229,19 @@ def test_detail_frames_weigh_half_the_set_and_keep_their_own_previous_frames() -
         assert (i - 40) // 10 == (p - 40) // 10  # within the same repeat
     assert with_detail(main, main_prev, [], None) == (main, main_prev)
     assert with_detail(main, None, detail, None)[1] is None
+
+
+def test_the_trainer_reads_which_passes_its_frames_hold(tmp_path) -> None:
+    """The add-on's record beside the frames says which passes' values they hold; the
+    model folder keeps it (``pass_version``), frames without a readable record none."""
+    import json
+
+    (tmp_path / "frames").mkdir()
+    (tmp_path / "frames" / T.DATASET_META).write_text(json.dumps({"version": 16,
+                                                                  "pass_version": 16}))
+    assert T.pass_version(tmp_path / "frames") == 16
+    assert T.pass_version(tmp_path) is None  # no record
+    assert T.pass_version(None) is None  # generated frames
+    for damaged in ("{", "[1, 2]", '{"pass_version": "16"}', '{"pass_version": true}'):
+        (tmp_path / T.DATASET_META).write_text(damaged)
+        assert T.pass_version(tmp_path) is None, damaged

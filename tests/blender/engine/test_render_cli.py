@@ -112,3 +112,29 @@ def test_a_backend_that_cannot_start_is_an_error_not_a_traceback(bpy_clean, shot
     assert rc == 1 and err.startswith("painted-skin: error:") and "no-such-python" in err
     assert "Traceback" not in err
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_render_tells_once_that_a_model_learned_older_passes(bpy_clean, shot, serve,
+                                                             tmp_path, monkeypatch, capsys):
+    """A skin model trained on an older add-on's passes still renders; the job says so
+    once (Blender's report, and the log a farm keeps), not once a frame."""
+    import json
+    import shutil
+
+    from painted_skin import cli
+    from painted_skin.backend.skin import registry
+    from painted_skin.wire import VALUES_VERSION
+
+    mine = tmp_path / "mine"
+    shutil.copytree(registry.resolve("demo"), mine)
+    cfg = json.loads((mine / "config.json").read_text())
+    (mine / "config.json").write_text(json.dumps({**cfg, "pass_version": VALUES_VERSION - 1}))
+    (tmp_path / "models.toml").write_text(f'[models.mine]\npath = "{mine}"\n')
+    monkeypatch.setenv(registry.ENV, str(tmp_path / "models.toml"))
+    _, url = serve()
+    out = tmp_path / "painted"
+    assert cli.main(["render", str(shot), "--frames", "2-3", "--size", "64x64", "--out",
+                     str(out), "--url", url, "--model", "mine"]) == 0
+    printed = capsys.readouterr().out
+    assert sorted(p.name for p in out.iterdir()) == ["0002.png", "0003.png"]
+    assert printed.count(f"'mine' learned version {VALUES_VERSION - 1} of the passes") == 1

@@ -113,6 +113,43 @@ def test_opened_tells_the_model_id_of_every_pipeline(serve, tmp_path, my_model):
     assert opened_id("skin", {"model": "mine"}) not in (None, skin)
 
 
+def test_a_model_that_learned_older_passes_is_named_as_the_shot_opens(
+        bpy_clean, shot, my_model, serve, tmp_path):
+    """A skin model trained on an older add-on's passes still paints the shot; OPENED
+    tells the client so (``notice``) and the restyle's summary carries it (the CLI
+    prints it, the panel reports it), while a model of these passes says nothing."""
+    from painted_skin.addon.blender.client.backend_client import BackendClient
+    from painted_skin.addon.blender.restyle.loop import RestyleRequest, restyle_shot
+    from painted_skin.wire import VALUES_VERSION
+
+    def stamp(version: int) -> None:
+        cfg_path = my_model / "config.json"
+        cfg_path.write_text(json.dumps({**json.loads(cfg_path.read_text()),
+                                        "pass_version": version}))
+
+    bpy_clean.ops.wm.open_mainfile(filepath=str(shot))
+    scene, size = bpy_clean.context.scene, _size(my_model)
+    stamp(VALUES_VERSION - 2)
+    _, url = serve()
+    c = BackendClient(url, timeout_s=20)
+    try:
+        c.open("skin", 64, 64, options={"model": "mine"})
+        assert f"'mine' learned version {VALUES_VERSION - 2} of the passes" in c.notice
+    finally:
+        c.close()
+    s = restyle_shot(scene, RestyleRequest.make(tmp_path / "old", url=url, frames=[2],
+                                                size=size, pipeline="skin",
+                                                options={"model": "mine"}))
+    assert s["written"] == 1 and "retrain it" in s["notice"]
+
+    stamp(VALUES_VERSION)
+    _, url = serve()
+    s = restyle_shot(scene, RestyleRequest.make(tmp_path / "new", url=url, frames=[2],
+                                                size=size, pipeline="skin",
+                                                options={"model": "mine"}))
+    assert s["written"] == 1 and "notice" not in s
+
+
 def test_a_reopen_onto_another_model_version_ends_the_shot(serve):
     """A reconnect, restart or broker move re-opens the session: OPENED telling another
     ``model_id`` than the session first had ends the shot instead of painting on."""

@@ -91,6 +91,11 @@ def test_train_button_trains_a_model_headless(registered, tmp_path):
     assert bpy.ops.painted_skin.train_skin(frames_per_clip=2, samples=2) == {"FINISHED"}
     report = json.loads((tmp_path / "model" / "report.json").read_text())
     assert report["dataset"]["size"] == 128 and "held_out" in report
+    # the model records the passes it learned: a later add-on names it when they change
+    from painted_skin.wire import VALUES_VERSION
+
+    config = json.loads((tmp_path / "model" / "config.json").read_text())
+    assert config["pass_version"] == VALUES_VERSION
 
 
 def test_the_scene_registry_file_goes_with_the_local_backend(bpy_clean, tmp_path) -> None:
