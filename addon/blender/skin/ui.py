@@ -11,6 +11,7 @@ Headless (``blender -b``), the operator waits for the child instead.
 from __future__ import annotations
 
 import collections
+import json
 import os
 import re
 import signal
@@ -23,12 +24,14 @@ from pathlib import Path
 import bpy
 from bpy.props import BoolProperty, EnumProperty, FloatProperty, IntProperty, StringProperty
 
+from ....wire import VALUES_VERSION
 from ..classes import (
     SidebarPanel,
     draw_hint,
     labelled,
     register_classes,
     unregister_classes,
+    wrapped_label,
 )
 from ..out_paths import PATH_OPTIONS
 from ..passes.geometry import render_meshes
@@ -481,6 +484,49 @@ def scene_models(context=None) -> dict[str, str]:
     return out
 
 
+#: A model folder's config this size or more is not one train-skin wrote (the backend's
+#: limit too): the panel reads no further.
+MAX_CONFIG_BYTES = 1024 * 1024
+_PASS_NOTES: dict[tuple[str, int], str | None] = {}
+
+
+def model_pass_note(folder: Path) -> str | None:
+    """One line for the panel when the model in ``folder`` learned other passes than this
+    add-on renders (its config's ``pass_version``): told before a restyle, not only as
+    the shot opens. Read once per version of the file (the panel redraws often)."""
+    cfg = folder / "config.json"
+    try:
+        st = cfg.stat()
+    except OSError:
+        return None
+    key = (str(cfg), st.st_mtime_ns)
+    if key not in _PASS_NOTES:
+        learned: object = VALUES_VERSION  # unreadable: the backend says why on OPEN
+        if st.st_size < MAX_CONFIG_BYTES:
+            try:
+                learned = json.loads(cfg.read_text()).get("pass_version")
+            except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+                pass
+        _PASS_NOTES.clear()  # one folder at a time is what the panel shows
+        _PASS_NOTES[key] = None if learned == VALUES_VERSION else (
+            "This model learned an older add-on's passes: it paints these with some loss. "
+            "Train it again for the best painting" if not isinstance(learned, int)
+            or learned < VALUES_VERSION else
+            "This model learned a newer add-on's passes: update the add-on")
+    return _PASS_NOTES[key]
+
+
+def chosen_model_note(context) -> str | None:
+    """The panel's line on the model Restyle would paint with, where it is a folder here
+    (trained here or picked) that learned other passes; None otherwise."""
+    try:
+        name = chosen_skin_model(context)
+    except SkinModelError:
+        return None
+    folder = scene_models(context).get(name)
+    return model_pass_note(Path(folder)) if folder else None
+
+
 def model_looks(context, model: str) -> list[str]:
     """The looks of the skin model Restyle names ``model`` ("scene" or "folder": the
     Skin Model panel's folders; a registry name: its base only, the backend's to read)."""
@@ -531,6 +577,9 @@ class PS_PT_skin(SidebarPanel, bpy.types.Panel):
             labelled(col, s, "model_folder")
         elif s.model_choice == "registry":
             labelled(col, s, "model_name")
+        note = chosen_model_note(context)
+        if note:
+            wrapped_label(col, context, note, icon="ERROR")
         if hasattr(context.scene, "painted_skin_restyle"):
             col.operator(PS_OT_use_skin_model.bl_idname, icon="BRUSH_DATA")
             draw_hint(col, context, PS_OT_use_skin_model)

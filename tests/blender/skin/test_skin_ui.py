@@ -181,3 +181,27 @@ def test_the_picker_chooses_what_restyle_paints_with(registered, tmp_path):
     assert bpy.ops.painted_skin.use_skin_model() == {"FINISHED"}
     assert r.model == "demo"
     local_backend.stop_local_backend()
+
+
+def test_the_panel_says_when_the_picked_model_learned_older_passes(registered, tmp_path):
+    """The Skin Model panel names a model (trained here or picked) that learned another
+    add-on's passes before the animator restyles with it; one of these passes, nothing."""
+    import os
+
+    from painted_skin.addon.blender.skin import ui as skin_ui
+    from painted_skin.wire import VALUES_VERSION
+
+    bpy = registered
+    s = bpy.context.scene.painted_skin_skin
+    s.model_choice, s.model_folder = "folder", str(_model_folder(tmp_path / "old"))
+    assert "older add-on's passes" in skin_ui.chosen_model_note(bpy.context)  # unrecorded
+    cfg = tmp_path / "old" / "config.json"
+    for version, says in ((VALUES_VERSION - 1, "older add-on's passes"),
+                          (VALUES_VERSION + 1, "update the add-on"), (VALUES_VERSION, None)):
+        cfg.write_text(json.dumps({"pass_version": version}))
+        os.utime(cfg, ns=(version, version))  # read again: another version of the file
+        note = skin_ui.chosen_model_note(bpy.context)
+        assert (note is None) if says is None else (says in note), (version, note)
+    s.model_choice = "registry"  # the backend's to read: the shot's OPEN tells
+    s.model_name = "demo"
+    assert skin_ui.chosen_model_note(bpy.context) is None
