@@ -79,6 +79,7 @@ from .passes import (
     WirePass,
     bytes_per_pixel,
     to_wire,
+    values_age,
 )
 from .replies import (
     SERVER_NAME,
@@ -123,4 +124,5 @@ __all__ = [
     "cross_frame_mode", "decode", "encode", "error", "error_frames", "is_int",
     "is_local_endpoint", "is_loopback_host", "new_id", "parse_header", "reap_shm",
     "recv_capped", "reply", "segment_path", "shm_supported", "sweep_shm", "to_wire",
+    "values_age",
 ]

@@ -64,6 +64,15 @@ WIRE_PASSES: dict[str, WirePass] = {p.name: p for p in (
 #: with the add-on's training-set version up to 16.
 VALUES_VERSION = 16
 
+
+def values_age(learned: object) -> str | None:
+    """How the passes a model learned (its config's ``pass_version``: None when it did
+    not record them) stand to these: "older", "newer", or None when they are these."""
+    if learned == VALUES_VERSION and not isinstance(learned, bool):
+        return None
+    newer = isinstance(learned, int) and not isinstance(learned, bool) and learned > VALUES_VERSION
+    return "newer" if newer else "older"
+
 CONTROL_PASSES = tuple(n for n, p in WIRE_PASSES.items() if not p.canonical)
 CANONICAL_PASSES = tuple(n for n, p in WIRE_PASSES.items() if p.canonical)
 

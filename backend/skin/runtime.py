@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ...wire.passes import VALUES_VERSION
+from ...wire.passes import VALUES_VERSION, values_age
 from . import FORMAT_VERSION, engines, features, sampling, stabilize
 
 CONFIG, REPORT = "config.json", "report.json"
@@ -131,9 +131,10 @@ def passes_notice(cfg: dict[str, Any], name: str) -> str | None:
     Such a model still paints, with some loss where the values moved (a light from
     behind, a rough surface's rim), so it is told, not refused."""
     learned = cfg.get("pass_version")
-    if learned == VALUES_VERSION:
+    age = values_age(learned)
+    if age is None:
         return None
-    if isinstance(learned, int) and learned > VALUES_VERSION:
+    if age == "newer":
         return (f"skin model {name!r} learned version {learned} of the passes, a newer "
                 f"add-on's; this one renders version {VALUES_VERSION}, which it paints with "
                 "some loss: update the add-on and the backend")

@@ -24,7 +24,7 @@ from pathlib import Path
 import bpy
 from bpy.props import BoolProperty, EnumProperty, FloatProperty, IntProperty, StringProperty
 
-from ....wire import VALUES_VERSION
+from ....wire import VALUES_VERSION, values_age
 from ..classes import (
     SidebarPanel,
     draw_hint,
@@ -507,12 +507,12 @@ def model_pass_note(folder: Path) -> str | None:
                 learned = json.loads(cfg.read_text()).get("pass_version")
             except (OSError, UnicodeDecodeError, ValueError, AttributeError):
                 pass
+        age = values_age(learned)
         _PASS_NOTES.clear()  # one folder at a time is what the panel shows
-        _PASS_NOTES[key] = None if learned == VALUES_VERSION else (
-            "This model learned an older add-on's passes: it paints these with some loss. "
-            "Train it again for the best painting" if not isinstance(learned, int)
-            or learned < VALUES_VERSION else
-            "This model learned a newer add-on's passes: update the add-on")
+        _PASS_NOTES[key] = None if age is None else (
+            "This model learned a newer add-on's passes: update the add-on" if age == "newer"
+            else "This model learned an older add-on's passes: it paints these with some "
+                 "loss. Train it again for the best painting")
     return _PASS_NOTES[key]
 
 
