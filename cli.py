@@ -247,7 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", required=True, help="model folder to write")
     t.add_argument("--minutes", type=float, help="training time budget (default: 12, or "
                    "none with --steps: the schedule runs whole)")
-    t.add_argument("--size", type=int, default=128, help="render size: 128 or 256")
+    t.add_argument("--size", type=int, default=128, help="training render size: 128, 256 or 512 "
+                   "(crops keep the step's cost the same)")
     t.add_argument("--device", default="cpu", help="cpu or cuda")
     t.add_argument("--resume", action="store_true", help="continue the last checkpoint")
     t.add_argument("--python", help="the backend Python that trains (default: "
