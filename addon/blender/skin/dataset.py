@@ -31,7 +31,7 @@ from ..passes.beauty import beauty_settings, render_beauty  # noqa: F401 (the tr
 from ..passes.geometry import ShotGeometry
 from ..passes.render import PassOptions, iter_frames
 
-DATASET_VERSION = 16  # 3: irradiance, 4: specular, 5: albedo, 6: albedo over the pixel filter,
+DATASET_VERSION = 17  # 3: irradiance, 4: specular, 5: albedo, 6: albedo over the pixel filter,
 # 7: albedo, irradiance and specular over the film's filter (its true 3 px window),
 # 8: close-ups and steeper cameras in the orbits, 9: the film blends across UV seams,
 # 3² sub-pixel samples, 10: specular at the material's roughness, 11: albedo and
@@ -40,8 +40,10 @@ DATASET_VERSION = 16  # 3: irradiance, 4: specular, 5: albedo, 6: albedo over th
 # takes the bone's part, and rigid parts below an empty frame the cameras, 14: a clear coat's
 # lobe in the specular pass, and a metal's F0 in colour, 15: light round a smooth-shaded
 # terminator as Cycles' shadow rays take it, 16: specular with height-correlated masking and
-# the dielectric Fresnel curve, as Cycles evaluates its GGX. A change of the passes' values
-# raises wire's VALUES_VERSION as well (models record it; a runtime names an older one).
+# the dielectric Fresnel curve, as Cycles evaluates its GGX, 17: 4² sub-pixel samples. A
+# change of what the passes' values mean raises wire's VALUES_VERSION as well (models record
+# it; a runtime names an older one); a denser sampling of the same filter does not (a model
+# of the 3² passes paints the 4² ones better, and flickers less).
 # What the skin model reads (skeleton is not needed: the geometry is all here).
 PASSES = ("depth", "normal", "mask", "parts", "motion", "rest_position", "uv",
           "normal_world", "view_dir", "light_visibility", "irradiance", "specular", "albedo")
