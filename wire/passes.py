@@ -73,6 +73,7 @@ def values_age(learned: object) -> str | None:
     newer = isinstance(learned, int) and not isinstance(learned, bool) and learned > VALUES_VERSION
     return "newer" if newer else "older"
 
+
 CONTROL_PASSES = tuple(n for n, p in WIRE_PASSES.items() if not p.canonical)
 CANONICAL_PASSES = tuple(n for n, p in WIRE_PASSES.items() if p.canonical)
 
