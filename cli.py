@@ -248,7 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--minutes", type=float, help="training time budget (default: 12, or "
                    "none with --steps: the schedule runs whole)")
     t.add_argument("--size", type=int, default=128, help="training render size: 128, 256 or 512 "
-                   "(crops keep the step's cost the same)")
+                   "(crops keep the step's cost the same; at 512 the neural texture "
+                   "gains a 512² level)")
     t.add_argument("--device", default="cpu", help="cpu or cuda")
     t.add_argument("--resume", action="store_true", help="continue the last checkpoint")
     t.add_argument("--python", help="the backend Python that trains (default: "
@@ -272,7 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--detail-size", type=int, metavar="N",
                    help="also render the motions at N² (256 or 512, 8 frames a clip) and "
                         "train on them too: larger frames and close-ups paint sharper "
-                        "(the embedded model is trained so; ~1 s more per frame rendered)")
+                        "(the embedded model is trained so at 256; 512 adds a 512² level "
+                        "to the neural texture; ~1 s more per frame rendered)")
     t.add_argument("--init-from", metavar="MODEL",
                    help="start from this skin model's network: the shading it learned "
                         "carries over (default: the embedded model for your own character; "

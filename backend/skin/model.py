@@ -1,8 +1,9 @@
 """The skin network (torch): learned textures sampled at the surface + a small U-Net.
 
 - A **neural texture pyramid** (Thies et al. 2019): ``tex_channels`` features at
-  several resolutions (256² ... 32²), each sampled bilinearly at the pixel's UV
-  and summed, so coarse levels learn smooth colour fast and fine levels detail.
+  several resolutions (256² ... 32², finer for larger frames: :func:`texture_sizes`),
+  each sampled bilinearly at the pixel's UV and summed, so coarse levels learn smooth
+  colour fast and fine levels detail.
 - A **3-D feature grid pyramid** over the rest-pose box, sampled trilinearly at
   the rest position: the same idea for meshes without UVs (``has_uv`` = 0 there).
 - A **U-Net** without normalisation layers (statistics over a training crop would
@@ -38,6 +39,17 @@ RESIDUAL_RANGE = 0.25
 #: few tenths, where the residual should be all but zero.
 CHANGE_PENALTY = 0.1
 HEADS = ("regressor", "diffusion")
+
+
+def texture_sizes(side: int) -> list[int]:
+    """The neural texture pyramid for frames ``side`` pixels across: the default
+    levels, with finer ones up to ``side`` (rounded up to a power of two). A 512²
+    frame's close-up reads a texel of the 256² level across two pixels or more: the
+    finer level holds what its training frames show at that size."""
+    sizes = [int(s) for s in DEFAULTS["tex_sizes"]]
+    while sizes[0] < side:
+        sizes.insert(0, sizes[0] * 2)
+    return sizes
 
 
 def model_config(lay: list[list], bounds: list[list[float]], **overrides: Any) -> dict[str, Any]:

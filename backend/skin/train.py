@@ -34,7 +34,7 @@ import torch
 
 from ...addon.core.files.atomic import output_target, replace_atomic, temp_file_for
 from . import features, sampling
-from .model import SkinNet, model_config, reconstruction_loss, ssim_map
+from .model import DEFAULTS, SkinNet, model_config, reconstruction_loss, ssim_map, texture_sizes
 
 Frame = tuple[dict[str, np.ndarray], np.ndarray]
 
@@ -437,8 +437,10 @@ def init_from_model(net: SkinNet, folder: str | os.PathLike,
     copied = []
     other = fingerprint is not None and old_cfg.get("fingerprint") != fingerprint
     with torch.no_grad():
+        if not other and net.use_texture:
+            copied += _texture_levels_by_size(own, old, net.cfg["tex_sizes"])
         for name, value in old.items():
-            if other and name.startswith(("tex.", "grid.")):
+            if name.startswith("tex.") or (other and name.startswith("grid.")):
                 continue
             if name in own and own[name].shape == value.shape:
                 own[name].copy_(value)
@@ -472,6 +474,24 @@ def init_from_model(net: SkinNet, folder: str | os.PathLike,
             for last in ("unet.out.weight", "unet.out.bias"):
                 own[last][0:3] = 0.0
     net.load_state_dict(own)
+    return copied
+
+
+def _texture_levels_by_size(own: dict[str, torch.Tensor], old: dict[str, torch.Tensor],
+                            sizes: list[int]) -> list[str]:
+    """Copy the old model's neural texture levels into ``own`` by their size, not their
+    place in the pyramid (a pyramid grown for larger frames puts a finer level first);
+    a level the old model lacks starts at zero, which adds nothing to the sum, so the
+    start paints what the old model painted. Returns the names copied."""
+    by_size = {int(v.shape[-1]): v for n, v in old.items() if n.startswith("tex.")}
+    copied = []
+    for i, size in enumerate(sizes):
+        name, value = f"tex.{i}", by_size.get(int(size))
+        if value is not None and own[name].shape == value.shape:
+            own[name].copy_(value)
+            copied.append(name)
+        elif value is None and by_size:
+            own[name].zero_()
     return copied
 
 
@@ -732,6 +752,9 @@ def main(argv: list[str] | None = None) -> int:
             detail = load_frames(a.detail_frames)
             frames, prev = with_detail(frames, prev, detail, previous_frames(
                 a.detail_frames, len(detail)) if a.temporal else None)
+        sizes = texture_sizes(max(max(f[1].shape[:2]) for f in frames))
+        if sizes != DEFAULTS["tex_sizes"]:  # set only when grown: earlier checkpoints resume
+            cfg = dataclasses.replace(cfg, model={**cfg.model, "tex_sizes": sizes})
         if a.steps is None and a.minutes and not (a.resume and Path(ckpt).is_file()):
             cfg = dataclasses.replace(cfg, steps=calibrate_steps(frames, cfg, a.minutes,
                                                                  previous=prev),

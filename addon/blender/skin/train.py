@@ -89,7 +89,7 @@ class TrainRequest:
             bad.append(f"--frames-per-clip {self.frames_per_clip}: give 1.."
                        f"{MAX_FRAMES_PER_CLIP}")
         if self.size not in (64, 128, 256, 512):
-            bad.append(f"--size {self.size}: use 128 or 256 (64 and 512 also work)")
+            bad.append(f"--size {self.size}: use 128, 256 or 512 (64 also works)")
         if self.detail_size is not None and (self.detail_size not in (128, 256, 512)
                                              or self.detail_size <= self.size):
             bad.append(f"--detail-size {self.detail_size}: give 128, 256 or 512, larger "

@@ -58,7 +58,8 @@ class PS_SkinSettings(bpy.types.PropertyGroup):
         ("0", "No Detail Frames", "Train on frames of the Size only"),
         ("256", "Detail 256²", "Also render the motions at 256² (8 frames a motion, about 5 "
                                "more minutes on a CPU): sharper close-ups and 256² paintings"),
-        ("512", "Detail 512²", "Also render the motions at 512²: sharper 512² paintings")],
+        ("512", "Detail 512²", "Also render the motions at 512² (the neural texture gains a "
+                               "512² level): sharper 512² paintings")],
         description="Train the finest texture on larger frames too (larger than the Size)")
     device: EnumProperty(name="Device", default="cpu", items=[
         ("cpu", "CPU", "Train on the CPU"), ("cuda", "CUDA", "Train on an NVIDIA GPU")],

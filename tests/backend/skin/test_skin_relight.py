@@ -126,3 +126,23 @@ def test_init_from_a_model_without_specular_adds_the_reference_highlight(tmp_pat
         assert np.abs(a - b)[dark].max() <= 1
         brighter += int(((b - a).sum(-1) > 3)[~dark].sum())
     assert brighter > 0
+
+
+def test_a_pyramid_grown_for_larger_frames_starts_painting_what_its_model_painted(tmp_path):
+    """Training at a larger size adds a finer neural texture level: the old levels keep
+    their learned texels (matched by size, not by place), the new one starts at zero,
+    so the grown model begins exactly where the old one was."""
+    from painted_skin.backend.skin.model import SkinNet, model_config
+
+    old, _ = X.train_tiny(tmp_path / "old", steps=5)
+    sizes = old.model_cfg["tex_sizes"]
+    cfg = X.tiny_config(model={"tex_sizes": [sizes[0] * 2, *sizes]})
+    mcfg = model_config(F.layout(cfg.inputs), old.model_cfg["rest_bounds"], **cfg.model)
+    net = SkinNet(mcfg)
+    copied = T.init_from_model(net, tmp_path / "old", fingerprint=S.FINGERPRINT)
+    assert {f"tex.{i}" for i in range(1, len(sizes) + 1)} <= set(copied)
+    assert not net.state_dict()["tex.0"].any()
+    for passes, _ in S.dataset(4, 48, seed=9):
+        a = T.predict(old.net, old.model_cfg, passes)
+        b = T.predict(net.eval(), mcfg, passes)
+        assert np.abs(a.astype(int) - b.astype(int)).max() <= 1

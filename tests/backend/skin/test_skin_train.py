@@ -245,3 +245,27 @@ def test_the_trainer_reads_which_passes_its_frames_hold(tmp_path) -> None:
     for damaged in ("{", "[1, 2]", '{"pass_version": "16"}', '{"pass_version": true}'):
         (tmp_path / T.DATASET_META).write_text(damaged)
         assert T.pass_version(tmp_path) is None, damaged
+
+
+def test_the_texture_pyramid_grows_with_the_largest_frames_trained_on(tmp_path) -> None:
+    """Frames up to 256² keep the default pyramid (256² ... 32²); detail frames of
+    300² give the model a 512² level, written to its folder for the runtime."""
+    import json
+
+    from painted_skin.backend.skin.model import DEFAULTS, texture_sizes
+
+    assert texture_sizes(128) == texture_sizes(256) == DEFAULTS["tex_sizes"]
+    assert texture_sizes(512) == texture_sizes(300) == [512, *DEFAULTS["tex_sizes"]]
+    for name, frames in (("main", S.dataset(2, 48, seed=1)), ("detail", S.dataset(1, 300))):
+        (tmp_path / name).mkdir()
+        for i, (passes, beauty) in enumerate(frames):
+            np.savez(tmp_path / name / f"{i:03d}.npz", beauty=beauty, **passes)
+    argv = ["--frames", str(tmp_path / "main"), "--steps", "1", "--batch", "2", "--crop", "32",
+            "--device", "cpu"]
+    assert T.main([*argv, "--out", str(tmp_path / "small")]) == 0
+    small = json.loads((tmp_path / "small" / "config.json").read_text())
+    assert small["model"]["tex_sizes"] == DEFAULTS["tex_sizes"]
+    assert T.main([*argv, "--out", str(tmp_path / "large"),
+                   "--detail-frames", str(tmp_path / "detail")]) == 0
+    large = json.loads((tmp_path / "large" / "config.json").read_text())
+    assert large["model"]["tex_sizes"] == [512, *DEFAULTS["tex_sizes"]]
