@@ -245,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--character", required=True,
                    help="the rigged character (.blend .glb .gltf .fbx), or 'demo'")
     t.add_argument("--out", required=True, help="model folder to write")
-    t.add_argument("--minutes", type=float, help="training time budget (default: 12, or "
+    t.add_argument("--minutes", type=float, help="training time budget (default: 10, or "
                    "none with --steps: the schedule runs whole)")
     t.add_argument("--size", type=int, default=128, help="training render size: 128, 256 or 512 "
                    "(crops keep the step's cost the same; at 512 the neural texture "

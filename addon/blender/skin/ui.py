@@ -37,6 +37,7 @@ from ..out_paths import PATH_OPTIONS
 from ..passes.geometry import render_meshes
 from ..preferences import preferences
 from . import look
+from .train import DEFAULT_MINUTES
 
 # The panel's one training: the running (or last) :class:`TrainingRun`.
 _RUN: dict = {"job": None}
@@ -47,7 +48,7 @@ class PS_SkinSettings(bpy.types.PropertyGroup):
                               options=PATH_OPTIONS,
                               description="Where Train writes the skin model (config, ONNX "
                                           "graph, report)")
-    minutes: FloatProperty(name="Minutes", default=12.0, min=0.01, max=24 * 60,
+    minutes: FloatProperty(name="Minutes", default=DEFAULT_MINUTES, min=0.01, max=24 * 60,
                            description="Training time budget (the schedule is fitted to it)")
     size: EnumProperty(name="Size", default="128", items=[
         ("128", "128²", "Fast; the default on a CPU"),

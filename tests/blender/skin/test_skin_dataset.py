@@ -217,7 +217,7 @@ def test_train_skin_checks_every_argument_before_a_frame_renders(argv, word, tmp
 
 def test_steps_alone_run_the_whole_schedule_and_minutes_alone_a_budget(tmp_path):
     """``train-skin --steps N`` (the documented recipe of a committed model) is not cut
-    by a time budget; without ``--steps`` the budget is 12 minutes or ``--minutes``."""
+    by a time budget; without ``--steps`` the budget is 10 minutes or ``--minutes``."""
     from painted_skin.addon.blender.skin.train import TrainRequest, trainer_command
 
     def cmd(**kw) -> list[str]:
@@ -229,13 +229,13 @@ def test_steps_alone_run_the_whole_schedule_and_minutes_alone_a_budget(tmp_path)
         return c[c.index(name) + 1] if name in c else None
 
     assert opt(cmd(steps=5000), "--steps") == "5000" and "--minutes" not in cmd(steps=5000)
-    assert opt(cmd(), "--minutes") == "12" and "--steps" not in cmd()
+    assert opt(cmd(), "--minutes") == "10" and "--steps" not in cmd()
     assert opt(cmd(minutes=5.0, steps=100), "--minutes") == "5"
 
 
 def test_a_plain_train_skin_runs_the_recipe_that_fits_twenty_minutes(tmp_path):
     """``train-skin --character X --out Y`` (and the panel's Train) trains a temporal model
-    on 24 frames a clip for 12 minutes: the recipe measured to reach the bench's per-cell
+    on 24 frames a clip for 10 minutes: the recipe measured to reach the bench's per-cell
     bar on a user's character within 20 minutes of wall time on 2 cores, rendering
     included; ``--no-temporal`` still turns the previous output off."""
     from painted_skin.addon.blender.skin.train import TrainRequest, trainer_command
@@ -248,7 +248,7 @@ def test_a_plain_train_skin_runs_the_recipe_that_fits_twenty_minutes(tmp_path):
     assert off.temporal is False
     cmd = trainer_command(TrainRequest("hero.glb", tmp_path / "m"), "python", tmp_path / "t",
                           tmp_path / "h", tmp_path / "fp.json", tmp_path / "x.json")
-    assert "--temporal" in cmd and cmd[cmd.index("--minutes") + 1] == "12"
+    assert "--temporal" in cmd and cmd[cmd.index("--minutes") + 1] == "10"
     assert TrainRequest("hero.glb", tmp_path / "m").frames_per_clip == 24
 
 
