@@ -160,6 +160,6 @@ def test_the_check_sees_a_label_beside_its_field_cut(width) -> None:
     against a third of the row, Blender's rule for it; at this width "Character:" fits
     that third, though Blender 5.2 cut it: labels go above their fields here.)"""
     cut = _cut(width, PLANTED)
-    assert any("'Minutes: 12.00'" in c for c in cut), cut
+    assert any("'Minutes: " in c for c in cut), cut
     assert any("'Restyle with the skin model'" in c for c in cut), cut
     assert any("'Open Output Folder'" in c for c in cut), cut
