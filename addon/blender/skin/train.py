@@ -35,7 +35,7 @@ DEFAULT_CACHE = Path(os.environ.get("PAINTED_SKIN_CACHE",
 #: What a plain ``train-skin`` (and the panel's Train) runs: a character of the user's own
 #: reaches every quality target of ``bench skin`` so. The KayKit mannequin with an empty
 #: cache, 2 CPU cores: 18.5 minutes of wall time, rendering included (12 minutes of
-#: training: 19.7, held out 34.90 dB against 34.78, the same bench figures to 0.1 dB), so
+#: training: 19.7, held out 34.90 dB against 34.78, the bench's mean 36.32 dB both), so
 #: a busier machine still keeps within 20. Twice the frames beat more steps (12 frames a
 #: clip: 0.949 worst SSIM, 24 frames 0.951; held out 32.04 / 32.18 dB).
 DEFAULT_MINUTES = 10.0
